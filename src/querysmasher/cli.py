@@ -1,0 +1,128 @@
+"""Command line: ``querysmasher plan`` (and ``python -m querysmasher``).
+
+Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
+no output file is written in that case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from collections.abc import Sequence
+
+from .accounting import Budget
+from .errors import InputError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints the whole usage otherwise)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _budget(args: argparse.Namespace) -> Budget:
+    report_delta = args.delta if args.delta is not None else 1e-6
+    given = [n for n in ("beta", "rho", "mu", "epsilon") if getattr(args, n) is not None]
+    if len(given) > 1:
+        raise InputError("budget", "/".join(given), "give exactly one of --beta, --rho, --mu, --epsilon")
+    if args.epsilon is not None:
+        if args.delta is None:
+            raise InputError("--epsilon", args.epsilon, "needs --delta")
+        return Budget.from_epsilon_delta(args.epsilon, args.delta)
+    if not 0 < report_delta < 1:
+        raise InputError("--delta", report_delta, "must be in (0, 1)")
+    if args.rho is not None:
+        return Budget.from_rho(args.rho, report_delta)
+    if args.mu is not None:
+        return Budget.from_mu(args.mu, report_delta)
+    beta = 1.0 if args.beta is None else args.beta
+    if not (math.isfinite(beta) and beta > 0):
+        raise InputError("--beta", beta, "must be a finite number > 0")
+    return Budget.from_beta(beta, report_delta)
+
+
+def _add_budget(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("privacy budget (one of; default --beta 1)")
+    g.add_argument("--beta", type=float, help="privacy cost: max diagonal of sum B^T Sigma^-1 B")
+    g.add_argument("--rho", type=float, help="rho-zCDP (beta = 2 rho)")
+    g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
+    g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
+    g.add_argument("--delta", type=float, help="delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default 1e-6)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="querysmasher", description="Optimal scalable matrix mechanisms for linear counting queries under differential privacy.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("plan", help="optimise the mechanism for a workload and predict its error")
+    p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
+    p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
+    p.add_argument("--method", default="qs", help="qs | wff | rp (default qs)")
+    p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
+    p.add_argument("--out", help="write the plan (HDF5) here")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
+    p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
+    _add_budget(p)
+    return parser
+
+
+def _solver_options(args: argparse.Namespace) -> dict:
+    opts = {}
+    if args.target_gap is not None:
+        if not 0 < args.target_gap < 1:
+            raise InputError("--target-gap", args.target_gap, "must be in (0, 1)")
+        opts["target_gap"] = args.target_gap
+    if args.max_dense_cells is not None:
+        if args.max_dense_cells < 1:
+            raise InputError("--max-dense-cells", args.max_dense_cells, "must be >= 1")
+        opts["max_dense_cells"] = args.max_dense_cells
+    if opts and args.method != "qs":
+        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+    return opts
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .plan import make_plan, save_plan
+    from .solvers import SOLVERS
+
+    if args.method not in SOLVERS:
+        raise InputError("--method", args.method, f"unknown method (known: {', '.join(sorted(SOLVERS))})")
+    budget = _budget(args)
+    opts = _solver_options(args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
+    for w in caught:
+        print(f"querysmasher: warning: {w.message}", file=sys.stderr)
+    if args.out:
+        save_plan(plan, args.out)
+    s = plan.summary()
+    if args.json:
+        print(json.dumps(s))
+    else:
+        print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, "
+              f"{s['views']} views, {s['residual_views']} residual views, {s['distinct_solves']} distinct solves, {s['seconds']:.2f} s)")
+        if "lower_bound" in s:
+            print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
+        print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return {"plan": _plan}[args.command](args)
+    except InputError as exc:
+        print(f"querysmasher: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Residual decomposition of a workload (paper §6.2) into compact subworkload Grams.
+
+A query q on view A splits into one subquery per A' ⊆ A: average q over the attributes of A \\ A',
+centre it along every attribute of A'. The subqueries sum back to q and subqueries of different A'
+are orthogonal, so each residual view A' gets its own optimisation problem, described entirely by
+its weighted Gram G_A' = sum_q w_q q_{=>A'}^T q_{=>A'}.
+
+G_A' is kept as a sum of terms, each ``coef * (F_1 ⊗ ... ⊗ F_k)`` (one factor per attribute of A') or
+``coef * D`` (a dense matrix over the cells of A'); every matrix is stored once, normalised to unit
+trace, in a :class:`MatrixStore`. For a product family an attribute of A \\ A' collapses to the
+scalar 1^T G_i 1 / n_i^2 (the sum over its rows of mean(row)^2), so query rows are never formed.
+
+>>> from querysmasher.schema import parse_schema
+>>> from querysmasher.workload import parse_workload
+>>> d = decompose(parse_workload("prefix:1,2", parse_schema("synthetic:n=10,d=40")))
+>>> len(d.grams), len({g.canonical(d.store)[0] for g in d.grams.values()})
+(821, 3)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .families import gram_1d, pair_query_matrix, random_query_matrix
+from .linalg import MatrixStore, centering, content_hash, kron_dense, project_gram
+from .workload import Workload, WorkloadView
+
+__all__ = ["GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix"]
+
+COEF_DIGITS = 12  # significant digits of normalised coefficients in canonical keys
+
+
+@dataclass(frozen=True)
+class GramTerm:
+    """``coef`` times the Kronecker product of unit-trace ``factors`` (or one dense matrix)."""
+
+    coef: float
+    factors: tuple[str, ...]
+    dense: bool = False
+
+
+@dataclass(frozen=True)
+class SubworkloadGram:
+    """The weighted Gram of one residual view's subworkload, as a sum of terms."""
+
+    attrs: tuple[int, ...]
+    sizes: tuple[int, ...]
+    terms: tuple[GramTerm, ...]
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def trace(self) -> float:
+        # Every stored matrix has unit trace, so a term's trace is its coefficient.
+        return float(sum(t.coef for t in self.terms))
+
+    @property
+    def single_kron(self) -> bool:
+        return len(self.terms) == 1 and not self.terms[0].dense
+
+    def dense(self, store: MatrixStore) -> np.ndarray:
+        """The explicit c x c Gram (only for views small enough to hold)."""
+        g = np.zeros((self.cells, self.cells))
+        for t in self.terms:
+            g += t.coef * (store[t.factors[0]] if t.dense else kron_dense([store[f] for f in t.factors]))
+        return g
+
+    def canonical(self, store: MatrixStore) -> tuple[str, float]:
+        """(content key, scale): Grams equal up to a positive scale share the key; G = scale * G_key."""
+        scale = self.trace
+        parts = sorted((float(f"{t.coef / scale:.{COEF_DIGITS}g}"), t.dense, t.factors) for t in self.terms)
+        return content_hash(json.dumps([list(self.sizes), parts])), scale
+
+    def scaled(self, factor: float) -> "SubworkloadGram":
+        return SubworkloadGram(self.attrs, self.sizes, tuple(GramTerm(t.coef * factor, t.factors, t.dense) for t in self.terms))
+
+
+@dataclass
+class Decomposition:
+    """The residual views of a workload with their subworkload Grams."""
+
+    workload: Workload
+    store: MatrixStore
+    grams: dict[tuple[int, ...], SubworkloadGram]
+    seconds: float = 0.0
+
+    @cached_property
+    def keys(self) -> dict[tuple[int, ...], tuple[str, float]]:
+        return {a: g.canonical(self.store) for a, g in self.grams.items()}
+
+    def distinct(self) -> dict[str, SubworkloadGram]:
+        """One normalised (unit-trace) Gram per distinct subproblem key."""
+        out: dict[str, SubworkloadGram] = {}
+        for a, g in self.grams.items():
+            key, scale = self.keys[a]
+            if key not in out:
+                out[key] = g.scaled(1.0 / scale)
+        return out
+
+
+@dataclass
+class _Accumulator:
+    terms: dict[tuple[bool, tuple[str, ...]], float] = field(default_factory=dict)
+
+    def add(self, coef: float, factors: tuple[str, ...], dense: bool) -> None:
+        if coef > 0:
+            k = (dense, factors)
+            self.terms[k] = self.terms.get(k, 0.0) + coef
+
+
+def view_query_matrix(workload: Workload, v: WorkloadView) -> np.ndarray:
+    """Explicit queries (rows) over the cells of a non-product view (affine, abs, random, custom)."""
+    sizes = tuple(workload.schema.sizes[i] for i in v.attrs)
+    if v.family in ("affine", "abs"):
+        return pair_query_matrix(v.family, *sizes)
+    if v.family == "random":
+        return random_query_matrix(sizes, v.seed, v.attrs)
+    if v.family == "custom":
+        return workload.custom[workload.terms[v.term].path].queries
+    raise ValueError(f"{v.family} is a product family; use its per-attribute factors")
+
+
+def subquery_matrix(q: np.ndarray, sizes: tuple[int, ...], keep: tuple[bool, ...]) -> np.ndarray:
+    """q_{=>A'} for every row of q (queries over the cells of ``sizes``): average the dropped
+    attributes, centre the kept ones. Paper Eq. 3; used by reconstruction and tests."""
+    t = np.asarray(q, dtype=float).reshape((q.shape[0],) + tuple(sizes))
+    for axis in reversed(range(len(sizes))):
+        ax = axis + 1
+        t = t - t.mean(axis=ax, keepdims=True) if keep[axis] else t.mean(axis=ax)
+    return t.reshape(q.shape[0], -1)
+
+
+class _FactorCache:
+    """Per (1-D family, size): the stored centred Gram and the collapse scalar 1^T G 1 / n^2."""
+
+    def __init__(self, store: MatrixStore):
+        self.store = store
+        self._cache: dict[tuple[str, int], tuple[str | None, float, float]] = {}
+
+    def get(self, family: str, n: int) -> tuple[str | None, float, float]:
+        if (family, n) not in self._cache:
+            g = gram_1d(family, n)
+            c = centering(n)
+            key, scale = self.store.intern(c @ g @ c, zero_tol=1e-12 * max(1.0, float(g.max())))
+            self._cache[(family, n)] = (key, scale, float(g.sum()) / n**2)
+        return self._cache[(family, n)]
+
+
+def decompose(workload: Workload) -> Decomposition:
+    """Split every workload view into its residual views and accumulate their Grams."""
+    import time
+
+    t0 = time.perf_counter()
+    sizes_all = workload.schema.sizes
+    store = MatrixStore()
+    factors = _FactorCache(store)
+    acc: dict[tuple[int, ...], _Accumulator] = {}
+    dense_cache: dict[tuple, list[tuple[tuple[bool, ...], str | None, float]]] = {}
+
+    for v in workload.views:
+        k = len(v.attrs)
+        if v.factors:
+            per_attr = [factors.get(f, sizes_all[i]) for f, i in zip(v.factors, v.attrs)]
+            for keep in itertools.product((False, True), repeat=k):
+                coef = v.weight
+                keys: list[str] = []
+                for (key, scale, collapse), kp in zip(per_attr, keep):
+                    if kp:
+                        if key is None:
+                            coef = 0.0
+                            break
+                        keys.append(key)
+                        coef *= scale
+                    else:
+                        coef *= collapse
+                sub = tuple(a for a, kp in zip(v.attrs, keep) if kp)
+                acc.setdefault(sub, _Accumulator()).add(coef, tuple(keys), False)
+            continue
+        sizes = tuple(sizes_all[i] for i in v.attrs)
+        # Grams of the same family on views of the same sizes are equal (random draws per view).
+        ck = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        if ck not in dense_cache:
+            q = view_query_matrix(workload, v)
+            g = q.T @ q
+            tol = 1e-12 * max(1.0, float(np.abs(g).max(initial=0.0)))
+            parts = []
+            for keep in itertools.product((False, True), repeat=k):
+                p = project_gram(g, sizes, keep)
+                key, scale = store.intern(p, zero_tol=tol) if sum(keep) else (None, float(p[0, 0]))
+                parts.append((keep, key, scale))
+            dense_cache[ck] = parts
+        for keep, key, scale in dense_cache[ck]:
+            sub = tuple(a for a, kp in zip(v.attrs, keep) if kp)
+            if not sub:
+                acc.setdefault(sub, _Accumulator()).add(v.weight * scale, (), False)
+            elif key is not None:
+                acc.setdefault(sub, _Accumulator()).add(v.weight * scale, (key,), len(sub) > 1)
+
+    grams = {}
+    for sub in sorted(acc, key=lambda a: (len(a), a)):
+        terms = tuple(GramTerm(c, f, d) for (d, f), c in sorted(acc[sub].terms.items()) if c > 0)
+        if terms:
+            grams[sub] = SubworkloadGram(sub, tuple(sizes_all[i] for i in sub), terms)
+    return Decomposition(workload, store, grams, time.perf_counter() - t0)

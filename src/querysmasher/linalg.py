@@ -1,0 +1,134 @@
+"""Implicit linear algebra over marginal tables: centring, residual projection, mode products,
+and a content-addressed store of matrices.
+
+Cells of a view are row-major over its attributes, so a vector over the view is a tensor of shape
+``sizes`` and a Kronecker product acts on it one axis at a time (a mode product):
+
+>>> import numpy as np
+>>> A, B = np.arange(4.).reshape(2, 2), np.arange(9.).reshape(3, 3)
+>>> x = np.arange(6.)
+>>> bool(np.allclose(kron_apply([A, B], x, (2, 3)), np.kron(A, B) @ x))
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "centering",
+    "project_gram",
+    "kron_apply",
+    "kron_dense",
+    "MatrixStore",
+    "content_hash",
+]
+
+
+def centering(n: int) -> np.ndarray:
+    """C = I - J/n: the projection onto vectors with zero sum."""
+    return np.eye(n) - np.full((n, n), 1.0 / n)
+
+
+def kron_dense(factors: Sequence[np.ndarray]) -> np.ndarray:
+    """The explicit Kronecker product (for small views and tests only)."""
+    out = np.ones((1, 1))
+    for f in factors:
+        out = np.kron(out, f)
+    return out
+
+
+def kron_apply(factors: Sequence[np.ndarray], x: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """(F_1 ⊗ ... ⊗ F_k) x for x over cells of shape ``sizes`` (row-major), by mode products.
+
+    ``x`` may carry trailing batch dimensions: shape (prod(sizes), *batch). Returns the flat result
+    (rows prod(F_i.shape[0])) with the same batch dimensions. Costs sum_i prod(sizes) * rows_i.
+    """
+    batch = x.shape[1:]
+    t = x.reshape(tuple(sizes) + batch)
+    for axis, f in enumerate(factors):
+        t = np.moveaxis(np.tensordot(f, t, axes=([1], [axis])), 0, axis)
+    return t.reshape((-1,) + batch)
+
+
+def project_gram(gram: np.ndarray, sizes: Sequence[int], keep: Sequence[bool]) -> np.ndarray:
+    """W^T G W for the subquery map W = ⊗_i W_i of the residual decomposition (paper Eq. 3).
+
+    W_i = I - J/n_i (centre) on kept attributes, (1/n_i) 1 (average) on the others; ``gram`` is over
+    the cells of ``sizes``; the result is over the cells of the kept attributes.
+    """
+    k = len(sizes)
+    t = np.asarray(gram).reshape(tuple(sizes) * 2)
+    # Process axes from last to first so earlier axis positions stay valid when dims are removed.
+    for axis in reversed(range(k)):
+        col_axis = axis + t.ndim // 2
+        if keep[axis]:
+            t = t - t.mean(axis=col_axis, keepdims=True)
+            t = t - t.mean(axis=axis, keepdims=True)
+        else:
+            t = t.mean(axis=col_axis)
+            t = t.mean(axis=axis)
+    m = int(np.prod([n for n, kp in zip(sizes, keep) if kp], dtype=np.int64))
+    return t.reshape(m, m)
+
+
+def content_hash(*parts: bytes | str, length: int = 20) -> str:
+    """A short, stable hex digest of the given parts (stable across processes and machines)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\x00")
+    return h.hexdigest()[:length]
+
+
+class MatrixStore:
+    """Symmetric PSD matrices stored once, normalised to unit trace, under a content key.
+
+    ``intern`` returns (key, scale) with M = scale * store[key], so Grams equal up to a positive
+    scale share a key; a zero matrix gives (None, 0.0).
+
+    >>> s = MatrixStore()
+    >>> k1, c1 = s.intern(2 * np.eye(3)); k2, c2 = s.intern(np.eye(3))
+    >>> k1 == k2, c1, c2
+    (True, 6.0, 3.0)
+    """
+
+    DECIMALS = 12  # rounding before hashing, so float noise does not split equal matrices
+
+    def __init__(self) -> None:
+        self._mats: dict[str, np.ndarray] = {}
+
+    def intern(self, m: np.ndarray, *, zero_tol: float = 1e-12) -> tuple[str | None, float]:
+        m = np.asarray(m, dtype=float)
+        m = (m + m.T) / 2
+        scale = float(np.trace(m))
+        if scale <= zero_tol * max(1.0, float(np.abs(m).max(initial=0.0))) * m.shape[0]:
+            return None, 0.0
+        normed = m / scale
+        rounded = np.round(normed, self.DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
+        key = content_hash(str(m.shape), rounded.tobytes())
+        if key not in self._mats:
+            normed.setflags(write=False)
+            self._mats[key] = normed
+        return key, scale
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._mats[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._mats
+
+    def __len__(self) -> int:
+        return len(self._mats)
+
+    def items(self):
+        return self._mats.items()
+
+    def add_normalised(self, key: str, m: np.ndarray) -> None:
+        """Insert a matrix read back from a file under its recorded key."""
+        m = np.array(m, dtype=float)
+        m.setflags(write=False)
+        self._mats[key] = m

@@ -1,0 +1,242 @@
+"""Planning: decompose a workload, solve each distinct subproblem once, allocate the budget.
+
+>>> from querysmasher.accounting import Budget
+>>> p = make_plan("cps", "marginal:1", "rp", Budget.from_beta(1.0))
+>>> round(p.rmse, 3)
+1.744
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .accounting import Budget
+from .allocation import Allocation, allocate, rmse
+from .decompose import Decomposition, SubworkloadGram, decompose
+from .linalg import MatrixStore
+from .schema import Schema, parse_schema
+from .solvers import ViewSolution, ViewSolver, get_solver
+from .workload import Workload, parse_workload
+
+__all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", "load_plan", "write_solution", "read_solution"]
+
+
+@dataclass(eq=False)
+class Plan:
+    """Everything the measure and reconstruct stages need, plus the predicted error."""
+
+    schema: Schema
+    workload: Workload
+    method: str
+    budget: Budget
+    views: list[tuple[int, ...]]  # residual views, in order
+    keys: list[str]  # distinct-subproblem key of each view
+    scales: np.ndarray  # G_view = scale * G_key
+    losses: np.ndarray  # L of each view at privacy cost 1
+    lower_bounds: np.ndarray  # certified lower bound on each view's optimal L (0 if none)
+    allocation: Allocation
+    solutions: dict[str, ViewSolution]
+    workload_views: int
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def queries(self) -> float:
+        return self.workload.query_count(weighted=True)
+
+    @property
+    def total_variance(self) -> float:
+        return self.allocation.total_variance
+
+    @property
+    def rmse(self) -> float:
+        return rmse(self.total_variance, self.queries)
+
+    @property
+    def certified(self) -> bool:
+        """True when every measured view carries a positive certified lower bound."""
+        return bool(np.all((self.lower_bounds > 0) | (self.losses == 0)))
+
+    @property
+    def lower_bound(self) -> float:
+        """(sum sqrt(L_low))^2 / beta: no mechanism of the residual family does better."""
+        return float(np.sqrt(self.lower_bounds).sum() ** 2 / self.budget.beta)
+
+    @property
+    def gap(self) -> float:
+        tv = self.total_variance
+        return (tv - self.lower_bound) / tv if tv > 0 else 0.0
+
+    def summary(self) -> dict:
+        out = {
+            "schema": self.schema.name,
+            "workload": self.workload.spec,
+            "method": self.method,
+            "rmse": self.rmse,
+            "total_variance": self.total_variance,
+            "queries": self.queries,
+            "views": self.workload_views,
+            "residual_views": len(self.views),
+            "measured_views": int(np.isfinite(self.allocation.sigma2).sum()),
+            "distinct_solves": len(self.solutions),
+            **self.budget.to_dict(),
+            "seconds": sum(self.phase_seconds.values()),
+            "phase_seconds": dict(self.phase_seconds),
+            "notes": list(self.notes),
+        }
+        if self.certified:
+            out["lower_bound"] = self.lower_bound
+            out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
+            out["gap"] = self.gap
+        return out
+
+
+def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
+    """Solve each distinct (unit-trace) subproblem once."""
+    return {key: solver.solve(g, store) for key, g in distinct.items()}
+
+
+def assemble_plan(
+    decomp: Decomposition,
+    solutions: dict[str, ViewSolution],
+    method: str,
+    budget: Budget,
+    phase_seconds: dict[str, float] | None = None,
+) -> Plan:
+    """Scale every view's solution by its Gram scale and allocate the budget."""
+    t0 = time.perf_counter()
+    views = list(decomp.grams)
+    keys = [decomp.keys[a][0] for a in views]
+    scales = np.array([decomp.keys[a][1] for a in views])
+    losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
+    lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
+    alloc = allocate(losses, budget.beta)
+    notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
+    phases = dict(phase_seconds or {})
+    phases["allocate"] = time.perf_counter() - t0
+    return Plan(
+        decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
+        {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
+    )
+
+
+def make_plan(
+    schema: Schema | str,
+    workload: Workload | str,
+    method: str,
+    budget: Budget,
+    *,
+    all_numeric: bool = False,
+    solver_options: dict | None = None,
+) -> Plan:
+    """The whole planning pipeline in one call (what ``querysmasher plan`` runs)."""
+    if isinstance(schema, str):
+        schema = parse_schema(schema, all_numeric=all_numeric)
+    if isinstance(workload, str):
+        workload = parse_workload(workload, schema)
+    solver = get_solver(method, **(solver_options or {}))
+    decomp = decompose(workload)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solutions = solve_distinct(decomp.distinct(), decomp.store, solver)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=2)
+    phases = {"decompose": decomp.seconds, "solve": time.perf_counter() - t0}
+    return assemble_plan(decomp, solutions, method, budget, phases)
+
+
+def save_plan(plan: Plan, path) -> None:
+    """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
+    from .io import atomic_h5, new_group, put, put_json
+    from .workload import CustomQueries  # noqa: F401  (documented content of /custom)
+
+    with atomic_h5(path, kind="plan") as f:
+        put_json(f, "schema", plan.schema.to_dict())
+        f.attrs["workload"] = plan.workload.spec
+        f.attrs["method"] = plan.method
+        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_json(f, "summary", plan.summary())
+        custom = new_group(f, "custom")
+        for i, (p, cq) in enumerate(sorted(plan.workload.custom.items())):
+            g = new_group(custom, str(i))
+            g.attrs["path"] = p
+            put(g, "attributes", np.array(cq.attributes, dtype=object))
+            put(g, "queries", cq.queries)
+        v = new_group(f, "views")
+        lengths = [len(a) for a in plan.views]
+        put(v, "attrs", np.array([i for a in plan.views for i in a], dtype=np.int64))
+        put(v, "offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        put(v, "key", np.array(plan.keys, dtype=object))
+        put(v, "scale", plan.scales)
+        put(v, "loss", plan.losses)
+        put(v, "lower_bound", plan.lower_bounds)
+        put(v, "sigma2", plan.allocation.sigma2)
+        sols = new_group(f, "solutions")
+        for key, s in sorted(plan.solutions.items()):
+            g = new_group(sols, key)
+            write_solution(g, s)
+
+
+def write_solution(g, s: ViewSolution) -> None:
+    """Store one ViewSolution in an HDF5 group (used by plan files and per-solve cache files)."""
+    from .io import put
+
+    g.attrs["kind"] = s.mechanism.kind
+    g.attrs["loss"] = s.loss
+    g.attrs["lower_bound"] = s.lower_bound
+    g.attrs["gap"] = s.gap
+    g.attrs["solver"] = s.solver
+    g.attrs["note"] = s.note
+    put(g, "sizes", np.array(s.mechanism.sizes, dtype=np.int64))
+    for i, m in enumerate(s.mechanism.mats):
+        put(g, f"m{i}", m)
+
+
+def read_solution(g) -> ViewSolution:
+    from .solvers import ViewMechanism
+
+    sizes = tuple(int(x) for x in g["sizes"][()])
+    kind = str(g.attrs["kind"])
+    count = len(sizes) if kind == "kron" else 1
+    mats = tuple(np.asarray(g[f"m{i}"][()]) for i in range(count))
+    return ViewSolution(
+        ViewMechanism(kind, sizes, mats), float(g.attrs["loss"]), float(g.attrs["lower_bound"]),
+        str(g.attrs["solver"]), str(g.attrs["note"]), float(g.attrs["gap"]),
+    )
+
+
+def load_plan(path) -> Plan:
+    """Read a plan file written by :func:`save_plan`."""
+    from .allocation import Allocation
+    from .io import get_json, open_h5
+    from .workload import CustomQueries
+
+    with open_h5(path, "plan") as f:
+        schema = Schema.from_dict(get_json(f, "schema"))
+        custom = {
+            str(g.attrs["path"]): CustomQueries(tuple(x.decode() if isinstance(x, bytes) else str(x) for x in g["attributes"][()]), g["queries"][()])
+            for g in f["custom"].values()
+        }
+        workload = parse_workload(str(f.attrs["workload"]), schema, custom)
+        b = get_json(f, "budget")
+        budget = Budget(b["beta"], b["source"], b["delta"])
+        summary = get_json(f, "summary")
+        v = f["views"]
+        flat, offs = v["attrs"][()], v["offsets"][()]
+        views = [tuple(int(x) for x in flat[offs[i]:offs[i + 1]]) for i in range(len(offs) - 1)]
+        keys = [k.decode() if isinstance(k, bytes) else str(k) for k in v["key"][()]]
+        sigma2 = v["sigma2"][()]
+        losses = v["loss"][()]
+        alloc = Allocation(sigma2, float(np.sqrt(losses).sum() ** 2 / budget.beta), budget.beta)
+        solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
+        return Plan(
+            schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
+            v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
+            list(summary["notes"]),
+        )

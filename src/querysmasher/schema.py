@@ -1,0 +1,184 @@
+"""Data schemas: ordered attributes with a domain size and a kind.
+
+Built-in schemas carry the paper's domain sizes (§8.4, §8.5); a schema can also be read from a
+YAML/JSON file (``{name: size}`` or ``{name: {size: .., kind: ..}}``) or made synthetic.
+
+>>> s = parse_schema("cps")
+>>> s.names
+('income', 'age', 'marital', 'race', 'sex')
+>>> s.sizes
+(50, 100, 7, 4, 2)
+>>> parse_schema("synthetic:n=10,d=3").sizes
+(10, 10, 10)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from .errors import InputError
+
+__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS"]
+
+Kind = Literal["categorical", "numeric"]
+KINDS: tuple[str, ...] = ("categorical", "numeric")
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One attribute: its name, domain size (values 0..size-1) and kind."""
+
+    name: str
+    size: int
+    kind: Kind = "numeric"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InputError("attribute name", self.name, "must be a non-empty string")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise InputError(f"size of attribute {self.name!r}", self.size, "must be an integer >= 1")
+        if self.kind not in KINDS:
+            raise InputError(f"kind of attribute {self.name!r}", self.kind, f"must be one of {KINDS}")
+
+
+@dataclass(frozen=True)
+class Schema:
+    """An ordered tuple of attributes; the order fixes the cell order of every marginal."""
+
+    name: str
+    attributes: tuple[Attribute, ...]
+
+    def __post_init__(self) -> None:
+        if not self.attributes:
+            raise InputError("schema", self.name, "has no attributes")
+        seen: set[str] = set()
+        for a in self.attributes:
+            if a.name in seen:
+                raise InputError("schema", self.name, f"attribute {a.name!r} appears twice")
+            seen.add(a.name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self.attributes)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(a.kind for a in self.attributes)
+
+    def __len__(self) -> int:
+        return len(self.attributes)
+
+    def index(self, name: str) -> int:
+        """Position of attribute ``name``; an InputError names it when unknown."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise InputError("attribute", name, f"not in schema {self.name!r} (attributes: {', '.join(self.names)})") from None
+
+    def domain_cells(self) -> int:
+        """Number of cells of the full domain (may be astronomically large; never materialised)."""
+        return math.prod(self.sizes)
+
+    def all_numeric(self) -> "Schema":
+        """The same schema with every attribute numeric (the paper's Table 3 setting)."""
+        return Schema(self.name + "+numeric", tuple(Attribute(a.name, a.size, "numeric") for a in self.attributes))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "attributes": [{"name": a.name, "size": a.size, "kind": a.kind} for a in self.attributes]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Schema":
+        return cls(d["name"], tuple(Attribute(a["name"], int(a["size"]), a["kind"]) for a in d["attributes"]))
+
+
+def _build(name: str, numeric: list[tuple[str, int]], categorical: list[tuple[str, int]]) -> Schema:
+    attrs = [Attribute(n, s, "numeric") for n, s in numeric] + [Attribute(n, s, "categorical") for n, s in categorical]
+    return Schema(name, tuple(attrs))
+
+
+BUILTIN_SCHEMAS: dict[str, Schema] = {
+    "cps": _build("cps", [("income", 50), ("age", 100)], [("marital", 7), ("race", 4), ("sex", 2)]),
+    "adult": _build(
+        "adult",
+        [("fnlwgt", 100), ("capital-gain", 100), ("capital-loss", 100), ("hours-per-week", 99), ("age", 85)],
+        [
+            ("native-country", 42), ("education-num", 16), ("occupation", 15), ("workclass", 9),
+            ("marital-status", 7), ("relationship", 6), ("race", 5), ("sex", 2), ("income>50K", 2),
+        ],
+    ),
+    "loans": _build(
+        "loans",
+        [("loan_amnt", 101), ("int_rate", 101), ("annual_inc", 101), ("installment", 101)],
+        [
+            ("state", 51), ("sub_grade", 36), ("purpose", 15), ("grade", 8), ("home_ownership", 6),
+            ("loan_status", 5), ("settlement_status", 4), ("term", 3),
+        ],
+    ),
+}
+
+_SYNTHETIC = re.compile(r"^synthetic:n=(\d+),d=(\d+)$")
+
+
+def _schema_from_mapping(name: str, mapping: object) -> Schema:
+    if not isinstance(mapping, dict) or not mapping:
+        raise InputError("schema file", name, "must hold a non-empty mapping {name: size} or {name: {size:, kind:}}")
+    attrs = []
+    for attr, spec in mapping.items():
+        if isinstance(spec, dict):
+            unknown = set(spec) - {"size", "kind", "categories", "bins"}
+            if unknown:
+                raise InputError(f"schema file {name}: attribute {attr!r}", sorted(unknown)[0], "unknown key")
+            size = spec.get("size")
+            if size is None and "categories" in spec:
+                size = len(spec["categories"])
+            if size is None and "bins" in spec:
+                size = len(spec["bins"]) - 1
+            kind = spec.get("kind", "categorical" if "categories" in spec else "numeric")
+        else:
+            size, kind = spec, "numeric"
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise InputError(f"schema file {name}: size of attribute {attr!r}", size, "must be an integer >= 1")
+        attrs.append(Attribute(str(attr), size, kind))
+    return Schema(Path(name).stem, tuple(attrs))
+
+
+def parse_schema(spec: str, *, all_numeric: bool = False) -> Schema:
+    """Resolve a schema spec: a built-in name, ``synthetic:n=N,d=D``, or a YAML/JSON file path.
+
+    ``all_numeric`` makes every attribute numeric (used by hybrid workloads, as in the paper's Table 3).
+    """
+    spec = str(spec).strip()
+    if spec in BUILTIN_SCHEMAS:
+        schema = BUILTIN_SCHEMAS[spec]
+    elif spec.startswith("synthetic"):
+        m = _SYNTHETIC.match(spec)
+        if not m:
+            raise InputError("schema", spec, "synthetic schemas are written synthetic:n=N,d=D (e.g. synthetic:n=10,d=40)")
+        n, d = int(m.group(1)), int(m.group(2))
+        if n < 1 or d < 1:
+            raise InputError("schema", spec, "n and d must be >= 1")
+        schema = Schema(spec, tuple(Attribute(f"a{i}", n, "numeric") for i in range(d)))
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise InputError(
+                "schema", spec, f"not a built-in schema ({', '.join(BUILTIN_SCHEMAS)}), not synthetic:n=N,d=D, and no such file"
+            )
+        text = path.read_text()
+        try:
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise InputError("schema file", spec, f"cannot be parsed: {exc}") from None
+        schema = _schema_from_mapping(spec, data)
+    return schema.all_numeric() if all_numeric else schema

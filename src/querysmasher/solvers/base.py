@@ -1,0 +1,105 @@
+"""The per-view solver interface and the mechanism it returns.
+
+A solver maps a residual view's subworkload Gram G to a Gaussian mechanism at privacy cost 1,
+described by its privacy Gram X = B^T Sigma^-1 B (max diag(X) <= 1, range(X) ⊇ range(G)). Its
+weighted sum of variances over the subworkload is L = tr(G X^+). Any factor B of X with unit noise
+realises it (measure), and the generalised least-squares estimate X^+ B^T y reconstructs it.
+
+Three representations keep large views implicit:
+
+* ``kron``: X = X_1 ⊗ ... ⊗ X_k, one small matrix per attribute (RP, WFF and QS on one-term Grams);
+* ``dense``: one c x c matrix (QS on several-term Grams);
+* ``fourier``: X = F^H diag(w) F, with F the unnormalised multi-dimensional DFT and w a table over
+  frequencies (WFF on several-term Grams).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from ..decompose import SubworkloadGram
+from ..linalg import MatrixStore, kron_dense
+
+__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
+
+
+def pinv_psd(x: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """Pseudo-inverse of a symmetric PSD matrix (eigenvalues below rtol * max are treated as 0)."""
+    w, v = np.linalg.eigh((x + x.T) / 2)
+    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
+    return (v[:, keep] / w[keep]) @ v[:, keep].T
+
+
+@dataclass(frozen=True, eq=False)
+class ViewMechanism:
+    """A mechanism over one residual view, at privacy cost <= 1."""
+
+    kind: Literal["kron", "dense", "fourier"]
+    sizes: tuple[int, ...]
+    mats: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind == "kron" and len(self.mats) != len(self.sizes):
+            raise ValueError("a kron mechanism needs one factor per attribute")
+        if self.kind in ("dense", "fourier") and len(self.mats) != 1:
+            raise ValueError(f"a {self.kind} mechanism holds one array")
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.sizes)
+
+    def max_diag(self) -> float:
+        """Privacy cost of the mechanism: the largest diagonal entry of X."""
+        if self.kind == "kron":
+            return math.prod(float(np.diag(m).max()) for m in self.mats) if self.mats else 1.0
+        if self.kind == "dense":
+            return float(np.diag(self.mats[0]).max())
+        return float(self.mats[0].sum())  # |F[f, x]| = 1: every diagonal entry is sum(w)
+
+    def dense_x(self) -> np.ndarray:
+        """The explicit privacy Gram X (small views and tests)."""
+        if self.kind == "kron":
+            return kron_dense(self.mats)
+        if self.kind == "dense":
+            return self.mats[0]
+        f = _dft_matrix(self.sizes)
+        return np.real(f.conj().T @ (self.mats[0].ravel()[:, None] * f))
+
+
+def _dft_matrix(sizes: tuple[int, ...]) -> np.ndarray:
+    out = np.ones((1, 1), dtype=complex)
+    for n in sizes:
+        out = np.kron(out, np.fft.fft(np.eye(n)))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class ViewSolution:
+    """A solver's answer for one (unit-trace) subworkload Gram."""
+
+    mechanism: ViewMechanism
+    loss: float  # L = tr(G X^+) at privacy cost 1
+    lower_bound: float  # certified lower bound on the optimal L (0.0 when the solver has none)
+    solver: str  # which solver produced the mechanism
+    note: str = ""  # e.g. why a fallback was used
+    gap: float = float("nan")
+
+
+class ViewSolver(Protocol):
+    """Anything with a name and ``solve(gram, store) -> ViewSolution``."""
+
+    name: str
+
+    def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution: ...
+
+
+def mechanism_loss(gram: SubworkloadGram, store: MatrixStore, mech: ViewMechanism) -> float:
+    """tr(G X^+), factor-wise when both are Kronecker, densely otherwise (small views only)."""
+    if mech.kind == "kron" and all(not t.dense for t in gram.terms):
+        pinvs = [pinv_psd(m) for m in mech.mats]
+        return float(sum(t.coef * math.prod(float(np.sum(store[f] * p)) for f, p in zip(t.factors, pinvs)) for t in gram.terms))
+    return float(np.sum(gram.dense(store) * pinv_psd(mech.dense_x())))

@@ -1,0 +1,59 @@
+import math
+
+import pytest
+from scipy.stats import norm
+
+from querysmasher.accounting import Budget, beta_for, delta_for, epsilon_for
+from querysmasher.allocation import allocate
+from querysmasher.errors import InputError
+
+
+def _delta_direct(beta, eps):
+    s = math.sqrt(beta)
+    return norm.cdf(s / 2 - eps / s) - math.exp(eps) * norm.cdf(-s / 2 - eps / s)
+
+
+@pytest.mark.parametrize("beta", [0.01, 0.5, 1.0, 4.0, 25.0])
+@pytest.mark.parametrize("eps", [0.1, 1.0, 3.0])
+def test_delta_matches_the_papers_formula(beta, eps):
+    assert delta_for(beta, eps) == pytest.approx(_delta_direct(beta, eps), rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("eps, delta", [(1.0, 1e-6), (0.5, 1e-9), (4.0, 1e-5), (10.0, 1e-10)])
+def test_beta_for_is_the_largest_safe_beta(eps, delta):
+    b = beta_for(eps, delta)
+    assert delta_for(b, eps) <= delta
+    assert delta_for(b * (1 + 1e-6), eps) > delta
+    assert epsilon_for(b, delta) == pytest.approx(eps, rel=1e-6)
+
+
+def test_budget_conversions():
+    b = Budget.from_mu(3.0)
+    assert (b.beta, b.rho, b.mu) == (9.0, 4.5, 3.0)
+    assert Budget.from_rho(0.25).beta == 0.5
+    ed = Budget.from_epsilon_delta(2.0, 1e-7)
+    assert ed.epsilon == pytest.approx(2.0, rel=1e-6) and ed.delta == 1e-7
+    assert set(ed.to_dict()) >= {"beta", "rho", "mu", "epsilon", "delta"}
+
+
+@pytest.mark.parametrize("make", [lambda: Budget.from_beta(0), lambda: Budget.from_beta(-1), lambda: Budget.from_rho(float("nan")),
+                                  lambda: Budget.from_epsilon_delta(1, 0), lambda: Budget.from_epsilon_delta(1, 1), lambda: Budget.from_mu(-2)])
+def test_bad_budgets_are_refused(make):
+    with pytest.raises(InputError):
+        make()
+
+
+def test_allocation_is_optimal_and_spends_at_most_beta():
+    losses = [1.0, 4.0, 0.0, 9.0]
+    a = allocate(losses, beta=2.0)
+    assert a.total_variance == pytest.approx(36 / 2)
+    assert a.privacy_cost <= 2.0
+    assert math.isinf(a.sigma2[2])
+    # any other split of the budget is worse
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        inv = rng.random(3)
+        inv = inv / inv.sum() * 2.0
+        assert float(np.dot(1 / inv, [1.0, 4.0, 9.0])) >= a.total_variance - 1e-9

@@ -1,0 +1,60 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from querysmasher.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "querysmasher", *args], capture_output=True, text=True)
+
+
+def test_plan_json_has_the_documented_fields(tmp_path):
+    out = tmp_path / "plan.h5"
+    r = run("plan", "--schema", "synthetic:n=10,d=40", "--workload", "prefix:1,2", "--method", "wff", "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    for field in ("rmse", "total_variance", "queries", "views", "residual_views", "distinct_solves", "beta", "rho", "mu", "epsilon", "delta", "seconds"):
+        assert field in s
+    assert (s["queries"], s["views"], s["residual_views"], s["distinct_solves"]) == (78_400, 820, 821, 3)
+    assert round(s["rmse"], 2) == 39.70
+    assert out.is_file()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--schema", "nope"], "schema 'nope'"),
+        (["--workload", "pre:1"], "unknown family 'pre'"),
+        (["--workload", "prefix:6"], "K = 6"),
+        (["--schema", "cps", "--workload", "prefix:1", "--method", "zz"], "method 'zz'"),
+        (["--beta", "0"], "--beta 0.0"),
+        (["--beta", "-1"], "--beta -1.0"),
+        (["--epsilon", "1", "--delta", "1.5"], "delta 1.5"),
+        (["--epsilon", "1"], "needs --delta"),
+        (["--rho", "1", "--mu", "1"], "exactly one"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, args, needle):
+    base = {"--schema": "cps", "--workload": "prefix:1", "--method": "rp"}
+    argv = list(args)
+    for k, v in base.items():
+        if k not in argv:
+            argv += [k, v]
+    out = tmp_path / "p.h5"
+    r = run("plan", *argv, "--out", str(out))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_budget_forms_agree(capsys):
+    def beta_of(*extra):
+        assert main(["plan", "--schema", "cps", "--workload", "marginal:1", "--method", "rp", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["beta"]
+
+    assert beta_of("--rho", "0.5") == beta_of("--mu", "1") == beta_of("--beta", "1") == 1.0
+    assert beta_of("--epsilon", "1", "--delta", "1e-6") == pytest.approx(0.056029, abs=1e-6)

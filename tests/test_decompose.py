@@ -1,0 +1,101 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from bruteforce import view_queries
+from querysmasher.decompose import decompose, subquery_matrix
+from querysmasher.linalg import project_gram
+from querysmasher.schema import parse_schema
+from querysmasher.workload import parse_workload
+
+SMALL = "small.yaml"
+
+
+@pytest.fixture
+def small_schema(tmp_path):
+    p = tmp_path / SMALL
+    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
+    return parse_schema(str(p))
+
+
+def test_figure_2_example():
+    q = np.array([[0, 1, 1, 0, 0, 1]], dtype=float)
+    sub = {keep: subquery_matrix(q, (2, 3), keep)[0] for keep in itertools.product((False, True), repeat=2)}
+    assert np.allclose(sub[(False, False)], [1 / 2])
+    assert np.allclose(sub[(True, False)], [1 / 6, -1 / 6])
+    assert np.allclose(sub[(False, True)], [-1 / 2, 0, 1 / 2])
+    assert np.allclose(sub[(True, True)], [-1 / 6, 1 / 3, -1 / 6, 1 / 6, -1 / 3, 1 / 6])
+
+
+def _lift(sub: np.ndarray, sizes, keep) -> np.ndarray:
+    """A subquery over the kept attributes as a vector over the whole view (constant on dropped ones)."""
+    t = sub.reshape([n for n, k in zip(sizes, keep) if k])
+    for axis, (n, k) in enumerate(zip(sizes, keep)):
+        if not k:
+            t = np.repeat(np.expand_dims(t, axis), n, axis=axis)
+    return t.ravel()
+
+
+@pytest.mark.parametrize("spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "marginal:4"])
+def test_subqueries_sum_back_and_are_orthogonal(small_schema, spec):
+    w = parse_workload(spec, small_schema)
+    for v in w.views:
+        sizes = tuple(small_schema.sizes[i] for i in v.attrs)
+        q = view_queries(w, v)
+        lifted = {}
+        for keep in itertools.product((False, True), repeat=len(sizes)):
+            s = subquery_matrix(q, sizes, keep)
+            lifted[keep] = np.array([_lift(r, sizes, keep) for r in s])
+        assert np.allclose(sum(lifted.values()), q)
+        for a, b in itertools.combinations(lifted.values(), 2):
+            assert np.allclose(a @ b.T, 0)  # every subquery of one view ⟂ every one of another
+
+
+@pytest.mark.parametrize("spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "custom"])
+def test_compact_grams_equal_the_explicit_subworkload_grams(small_schema, spec, tmp_path):
+    if spec == "custom":
+        rng = np.random.default_rng(3)
+        p = tmp_path / "c.npz"
+        np.savez(p, attributes=np.array(["A", "C", "D"]), queries=rng.integers(0, 2, (5, 18)).astype(float))
+        spec = f"custom:{p}@1.5+prefix:2"
+    w = parse_workload(spec, small_schema)
+    d = decompose(w)
+    explicit: dict[tuple[int, ...], np.ndarray] = {}
+    for v in w.views:
+        sizes = tuple(small_schema.sizes[i] for i in v.attrs)
+        q = view_queries(w, v)
+        for keep in itertools.product((False, True), repeat=len(sizes)):
+            s = subquery_matrix(q, sizes, keep)
+            sub = tuple(a for a, k in zip(v.attrs, keep) if k)
+            explicit[sub] = explicit.get(sub, 0) + v.weight * s.T @ s
+    nonzero = {a: g for a, g in explicit.items() if np.abs(g).max() > 1e-10}
+    assert set(d.grams) == set(nonzero)
+    for a, g in nonzero.items():
+        assert np.allclose(d.grams[a].dense(d.store), g, atol=1e-10)
+
+
+def test_project_gram_matches_subqueries():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(7, 12))
+    for keep in itertools.product((False, True), repeat=2):
+        s = subquery_matrix(q, (3, 4), keep)
+        assert np.allclose(project_gram(q.T @ q, (3, 4), keep), s.T @ s)
+
+
+def test_equal_views_share_one_key_and_order_collapses():
+    d = decompose(parse_workload("prefix:1,2", parse_schema("synthetic:n=10,d=40")))
+    assert len(d.grams) == 821
+    keys = {d.keys[a][0] for a in d.grams}
+    assert len(keys) == 3  # the empty view, every 1-way view, every 2-way view
+    mixed = decompose(parse_workload("range:1+affine:2+prefix:3", parse_schema("synthetic:n=8,d=6")))
+    assert len({mixed.keys[a][0] for a in mixed.grams}) == 4
+
+
+def test_scaled_workload_has_same_keys_and_scaled_grams():
+    s = parse_schema("synthetic:n=5,d=3")
+    d1, d2 = decompose(parse_workload("prefix:1,2+abs:2", s)), decompose(parse_workload("prefix:1,2@3+abs:2@3", s))
+    for a in d1.grams:
+        k1, c1 = d1.keys[a]
+        k2, c2 = d2.keys[a]
+        assert k1 == k2 and c2 == pytest.approx(3 * c1)
