@@ -142,6 +142,8 @@ def make_plan(
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
+    if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
+        solver.prepare(decomp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         solutions = solve_distinct(decomp.distinct(), decomp.store, solver)

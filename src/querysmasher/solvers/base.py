@@ -90,7 +90,11 @@ class ViewSolution:
 
 
 class ViewSolver(Protocol):
-    """Anything with a name and ``solve(gram, store) -> ViewSolution``."""
+    """Anything with a name and ``solve(gram, store) -> ViewSolution``.
+
+    A solver may also define ``prepare(decomposition)``, called once before any solve, to read
+    workload-wide context (RP+ derives its per-attribute bases from it).
+    """
 
     name: str
 
