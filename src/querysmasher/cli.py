@@ -1,4 +1,4 @@
-"""Command line: ``querysmasher plan`` (and ``python -m querysmasher``).
+"""Command line: ``querysmasher plan | measure | reconstruct`` (also ``python -m querysmasher``).
 
 Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
 no output file is written in that case.
@@ -69,6 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
     _add_budget(p)
+
+    m = sub.add_parser("measure", help="run the plan's mechanisms on the records (the only step that reads data)")
+    m.add_argument("--plan", required=True, help="plan file from 'querysmasher plan --out'")
+    m.add_argument("--data", required=True, help="records: CSV or Parquet, one column per attribute")
+    m.add_argument("--schema", help="schema of the data (default: the plan's); must match the plan")
+    m.add_argument("--domain", help="domain file with per-attribute 'categories' or 'bins' to encode raw values")
+    m.add_argument("--on-invalid", choices=("error", "drop"), default="error", help="invalid rows: fail (default) or drop them and report how many")
+    m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (the output is marked as seeded)")
+    m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
+
+    r = sub.add_parser("reconstruct", help="answer every workload query, with its variance")
+    r.add_argument("--plan", required=True)
+    r.add_argument("--measurements", required=True)
+    r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
+    r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
+    r.add_argument("--max-answers", type=int, default=None, help="write full answer vectors only up to this many queries (default 10,000,000)")
     return parser
 
 
@@ -114,11 +130,50 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measure(args: argparse.Namespace) -> int:
+    from .data import load_records
+    from .measure import make_rng, measure_iter, plan_digest, save_measurements
+    from .plan import load_plan
+    from .schema import parse_schema
+
+    plan = load_plan(args.plan)
+    schema = plan.schema
+    if args.schema:
+        given = parse_schema(args.schema)
+        if given.names != schema.names or given.sizes != schema.sizes:
+            raise InputError("--schema", args.schema, f"does not match the plan's schema {schema.name!r}")
+    records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
+    if records.dropped:
+        print(f"querysmasher: dropped {records.dropped} invalid rows; the privacy guarantee holds for the cleaned data set", file=sys.stderr)
+    rng, seeded = make_rng(args.seed)
+    if seeded:
+        print("querysmasher: warning: fixed noise seed: this release is for experiments only", file=sys.stderr)
+    save_measurements(args.out, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(args.plan))
+    return 0
+
+
+def _reconstruct(args: argparse.Namespace) -> int:
+    from .measure import load_measurements, plan_digest
+    from .plan import load_plan
+    from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
+
+    if args.max_answers is not None and args.max_answers < 0:
+        raise InputError("--max-answers", args.max_answers, "must be >= 0")
+    plan = load_plan(args.plan)
+    meas = load_measurements(args.measurements, plan_digest(args.plan))
+    rec = reconstruct(plan, meas)
+    info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
+    if args.csv:
+        write_csv_tables(args.csv, rec)
+    print(json.dumps(info))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"plan": _plan}[args.command](args)
+        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,0 +1,163 @@
+"""Reading confidential records: validation, encoding, and marginals.
+
+Records arrive as CSV or Parquet with one column per schema attribute holding integer codes
+0..size-1. A domain file may instead list, per attribute, ``categories`` (raw values in order) or
+numeric ``bins`` (edges e_0 < ... < e_size; a value v is coded i when e_i <= v < e_{i+1}, the last
+bin closed on the right), and then raw values are encoded here.
+
+Bad data never goes through silently: a missing column, a NaN, a non-integer code or a value outside
+the domain raises an :class:`InputError` naming the column, the number of offending rows and the
+first row numbers (1-based data rows). ``on_invalid="drop"`` is the only way on: offending rows are
+dropped and counted, and the privacy guarantee then holds for the cleaned data set.
+
+>>> import pandas as pd
+>>> from querysmasher.schema import parse_schema
+>>> s = parse_schema("synthetic:n=3,d=2")
+>>> r = validate_records(pd.DataFrame({"a0": [0, 2, 1], "a1": [1, 1, 0]}), s)
+>>> marginal(r, (1,), s.sizes).tolist()
+[1.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .errors import InputError
+from .schema import Schema
+
+__all__ = ["Records", "load_records", "validate_records", "marginal", "infer_schema", "read_encodings"]
+
+FIRST_ROWS = 5
+
+
+@dataclass(frozen=True, eq=False)
+class Records:
+    """Validated integer codes, one column per schema attribute (schema order)."""
+
+    codes: np.ndarray  # (records, attributes), int64
+    schema: Schema
+    dropped: int = 0  # rows removed by on_invalid="drop"
+
+    def __len__(self) -> int:
+        return self.codes.shape[0]
+
+
+def read_encodings(path: str | Path) -> dict[str, dict]:
+    """Per-attribute ``categories`` / ``bins`` from a domain file (attributes without them: {})."""
+    p = Path(path)
+    text = p.read_text()
+    data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    return {str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {} for k, v in data.items()}
+
+
+def _read_table(path: str | Path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("data file", str(p), "does not exist")
+    try:
+        if p.suffix in (".parquet", ".pq"):
+            return pd.read_parquet(p)
+        return pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    except (ValueError, OSError, pd.errors.ParserError) as exc:
+        raise InputError("data file", str(p), f"cannot be read ({exc})") from None
+
+
+def _bad(column: str, mask: np.ndarray, what: str) -> InputError:
+    rows = np.flatnonzero(mask)
+    first = ", ".join(str(r + 1) for r in rows[:FIRST_ROWS])
+    return InputError("data column", column, f"{len(rows)} rows {what} (first data rows: {first})")
+
+
+def _encode(col: pd.Series, name: str, size: int, enc: dict) -> tuple[np.ndarray, list[tuple[np.ndarray, str]]]:
+    """(codes, problems): codes are -1 where invalid; each problem is (row mask, description)."""
+    problems = []
+    missing = col.isna().to_numpy()
+    if missing.any():
+        problems.append((missing, "are empty or NaN"))
+    if "categories" in enc:
+        lookup = {str(c): i for i, c in enumerate(enc["categories"])}
+        codes = np.array([lookup.get(str(v), -1) if not m else -1 for v, m in zip(col.tolist(), missing)], dtype=np.int64)
+        unknown = (codes < 0) & ~missing
+        if unknown.any():
+            problems.append((unknown, f"hold a value not in the category list of {name!r}"))
+        return codes, problems
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+    nonnum = np.isnan(values) & ~missing
+    if nonnum.any():
+        problems.append((nonnum, "are not numbers"))
+    ok = ~np.isnan(values)
+    if "bins" in enc:
+        edges = np.asarray(enc["bins"], dtype=float)
+        codes = np.full(len(values), -1, dtype=np.int64)
+        inside = ok & (values >= edges[0]) & (values <= edges[-1])
+        codes[inside] = np.clip(np.searchsorted(edges, values[inside], side="right") - 1, 0, size - 1)
+        out = ok & ~inside
+        if out.any():
+            problems.append((out, f"fall outside the bins [{edges[0]:g}, {edges[-1]:g}]"))
+        return codes, problems
+    frac = ok & (np.floor(values) != values)
+    if frac.any():
+        problems.append((frac, "are not integer codes"))
+    rng = ok & ~frac & ((values < 0) | (values >= size))
+    if rng.any():
+        problems.append((rng, f"are outside the domain 0..{size - 1}"))
+    codes = np.where(ok & ~frac & ~rng, np.nan_to_num(values), -1).astype(np.int64)
+    return codes, problems
+
+
+def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str, dict] | None = None, on_invalid: str = "error") -> Records:
+    """Check and encode a table against the schema (see the module docstring)."""
+    if on_invalid not in ("error", "drop"):
+        raise InputError("--on-invalid", on_invalid, "must be 'error' or 'drop'")
+    missing = [a for a in schema.names if a not in frame.columns]
+    if missing:
+        raise InputError("data", f"columns {list(frame.columns)[:20]}", f"missing column(s) {', '.join(repr(m) for m in missing)} of schema {schema.name!r}")
+    encodings = encodings or {}
+    cols, bad_rows = [], np.zeros(len(frame), dtype=bool)
+    for a in schema.attributes:
+        codes, problems = _encode(frame[a.name], a.name, a.size, encodings.get(a.name, {}))
+        for mask, what in problems:
+            if on_invalid == "error":
+                raise _bad(a.name, mask, what)
+            bad_rows |= mask
+        cols.append(codes)
+    codes = np.stack(cols, axis=1) if cols else np.zeros((len(frame), 0), dtype=np.int64)
+    return Records(codes[~bad_rows], schema, int(bad_rows.sum()))
+
+
+def load_records(path: str | Path, schema: Schema, *, domain_file: str | Path | None = None, on_invalid: str = "error") -> Records:
+    """Read and validate a CSV/Parquet file of records."""
+    encodings = read_encodings(domain_file) if domain_file else None
+    return validate_records(_read_table(path), schema, encodings=encodings, on_invalid=on_invalid)
+
+
+def infer_schema(path: str | Path, name: str = "inferred") -> Schema:
+    """A schema from the data's own columns: size = largest code + 1, every attribute numeric.
+
+    Not differentially private: the domain then depends on the records. Only for explicit use.
+    """
+    from .schema import Attribute
+
+    frame = _read_table(path)
+    attrs = []
+    for c in frame.columns:
+        v = pd.to_numeric(frame[c], errors="coerce")
+        if v.isna().any() or (v < 0).any() or (np.floor(v) != v).any():
+            raise InputError("data column", c, "cannot infer a domain: it holds values that are not non-negative integer codes")
+        attrs.append(Attribute(str(c), int(v.max()) + 1, "numeric"))
+    return Schema(name, tuple(attrs))
+
+
+def marginal(records: Records, attrs: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
+    """Counts over the cells of the view ``attrs`` (row-major), from the records directly."""
+    if not attrs:
+        return np.array([float(len(records))])
+    view_sizes = tuple(sizes[i] for i in attrs)
+    flat = np.ravel_multi_index(tuple(records.codes[:, i] for i in attrs), view_sizes)
+    return np.bincount(flat, minlength=int(np.prod(view_sizes))).astype(float)

@@ -1,0 +1,179 @@
+"""Measure: the only step that reads records.
+
+For every measured residual view A' (privacy Gram X at cost 1, noise scale sigma^2 from the
+allocation) the release is
+
+    y_A' = X^(1/2) x_A' + N(0, sigma^2 I),
+
+whose privacy Gram is X / sigma^2, so the plan's allocation bounds the total privacy cost by beta.
+X^(1/2) is applied implicitly: factor by factor (mode products) for Kronecker mechanisms, by FFT for
+Fourier ones, and by one symmetric square root for dense ones; x_A' is the view's marginal counted
+from the records, never the full domain vector.
+
+Noise comes from a generator seeded from the operating system's entropy unless a seed is given
+(experiments only; a seeded release is marked as such). The measurement file holds the noisy
+vectors and what is needed to use them with the plan — nothing else derived from the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .data import Records, marginal
+from .errors import InputError
+from .linalg import kron_apply
+from .plan import Plan
+from .solvers.base import ViewMechanism
+
+__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
+
+
+def _sym_power(x: np.ndarray, power: float, rtol: float = 1e-10) -> np.ndarray:
+    """X^power on range(X) (0 on its null space), for a symmetric PSD matrix."""
+    w, v = np.linalg.eigh((x + x.T) / 2)
+    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
+    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+
+
+class _Roots:
+    """X^(1/2) and X^(+1/2) of one mechanism, computed once (factor-wise where possible)."""
+
+    def __init__(self, mech: ViewMechanism):
+        self.mech = mech
+        if mech.kind in ("kron", "dense"):
+            self.sqrt = [_sym_power(m, 0.5) for m in mech.mats]
+            self.pinv_sqrt = [_sym_power(m, -0.5) for m in mech.mats]
+        else:
+            w = mech.mats[0]
+            self.sqrt_w = np.sqrt(w)
+            self.pinv_sqrt_w = np.where(w > 0, 1.0 / np.where(w > 0, self.sqrt_w, 1.0), 0.0)
+
+    def apply(self, x: np.ndarray, inverse: bool) -> np.ndarray:
+        m = self.mech
+        if m.kind == "kron":
+            mats = self.pinv_sqrt if inverse else self.sqrt
+            return kron_apply(mats, x, m.sizes) if mats else x.copy()
+        if m.kind == "dense":
+            return (self.pinv_sqrt if inverse else self.sqrt)[0] @ x
+        # X = F^H diag(w) F with F the unnormalised DFT: X^(1/2) x = sqrt(c) IFFT(sqrt(w) FFT(x)).
+        c = m.cells
+        batch = x.shape[1:]
+        t = x.reshape(m.sizes + batch)
+        axes = tuple(range(len(m.sizes)))
+        s = (self.pinv_sqrt_w if inverse else self.sqrt_w).reshape(m.sizes + (1,) * len(batch))
+        out = np.real(np.fft.ifftn(s * np.fft.fftn(t, axes=axes), axes=axes))
+        return (out / math.sqrt(c) if inverse else out * math.sqrt(c)).reshape((c,) + batch)
+
+
+@lru_cache(maxsize=64)
+def _roots(mech: ViewMechanism) -> _Roots:
+    """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
+    return _Roots(mech)
+
+
+def sqrt_apply(mech: ViewMechanism, x: np.ndarray) -> np.ndarray:
+    """X^(1/2) x (x: cells, or cells x batch)."""
+    return _roots(mech).apply(x, inverse=False)
+
+
+def pinv_sqrt_apply(mech: ViewMechanism, y: np.ndarray) -> np.ndarray:
+    """(X^+)^(1/2) y: the least-squares estimate of the view's vector from y = X^(1/2) x + noise."""
+    return _roots(mech).apply(y, inverse=True)
+
+
+def make_rng(seed: int | None) -> tuple[np.random.Generator, bool]:
+    """(generator, seeded): OS entropy by default; a fixed seed only when asked for."""
+    if seed is None:
+        return np.random.default_rng(secrets.randbits(128)), False
+    return np.random.default_rng(seed), True
+
+
+def plan_digest(path: str | Path) -> str:
+    """SHA-256 of a plan file, recorded in measurements so they are never used with another plan."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(eq=False)
+class Measurements:
+    """Noisy measurements of every measured residual view (index into plan.views)."""
+
+    view_index: np.ndarray  # which plan views were measured
+    y: list[np.ndarray]  # per measured view: cells (x draws, for Monte Carlo)
+    seeded: bool
+    plan_sha256: str = ""
+
+
+def _check_schema(plan: Plan, records: Records) -> None:
+    if records.schema.names != plan.schema.names or records.schema.sizes != plan.schema.sizes:
+        raise InputError("data schema", records.schema.name, f"does not match the plan's schema {plan.schema.name!r} (names and sizes must agree)")
+
+
+def measured_views(plan: Plan) -> np.ndarray:
+    """Indices of the plan's views that are measured (finite noise scale)."""
+    return np.flatnonzero(np.isfinite(plan.allocation.sigma2))
+
+
+def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draws: int | None = None):
+    """Yield (view index, y) for every measured view, one view at a time (bounded memory)."""
+    _check_schema(plan, records)
+    for i in measured_views(plan):
+        mech = plan.solutions[plan.keys[i]].mechanism
+        x = marginal(records, plan.views[i], plan.schema.sizes)
+        clean = sqrt_apply(mech, x)
+        shape = clean.shape if draws is None else clean.shape + (draws,)
+        noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
+        yield int(i), (clean if draws is None else clean[:, None]) + noise
+
+
+def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:
+    """Run every view's mechanism once (or ``draws`` times with independent noise, for tests)."""
+    pairs = list(measure_iter(plan, records, rng, draws=draws))
+    return Measurements(np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded)
+
+
+def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, plan_sha256: str) -> None:
+    """Write the release file from (view index, y) pairs (e.g. :func:`measure_iter`), streaming.
+
+    It holds the noisy vectors, which views they belong to, the plan's digest and the budget:
+    nothing else derived from the data.
+    """
+    from .io import atomic_h5, put, put_json
+
+    idx = measured_views(plan)
+    lengths = np.array([math.prod(plan.schema.sizes[a] for a in plan.views[i]) for i in idx], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    with atomic_h5(path, kind="measurements") as f:
+        f.attrs["plan_sha256"] = plan_sha256
+        f.attrs["seeded"] = bool(seeded)
+        f.attrs["method"] = plan.method
+        put_json(f, "budget", plan.budget.to_dict())
+        put(f, "view_index", idx.astype(np.int64))
+        put(f, "offsets", offsets)
+        ds = f.create_dataset("y", shape=(int(offsets[-1]),), dtype="f8", track_times=False)
+        for pos, (i, y) in enumerate(stream):
+            if i != idx[pos] or y.shape != (lengths[pos],):
+                raise ValueError("measurement stream does not follow the plan's measured views")
+            ds[offsets[pos]:offsets[pos + 1]] = y
+
+
+def load_measurements(path: str | Path, plan_sha256: str | None = None) -> Measurements:
+    from .io import open_h5
+
+    with open_h5(path, "measurements") as f:
+        digest = str(f.attrs["plan_sha256"])
+        if plan_sha256 is not None and digest != plan_sha256:
+            raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
+        offs = f["offsets"][()]
+        y = f["y"][()]
+        return Measurements(f["view_index"][()], [y[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)], bool(f.attrs["seeded"]), digest)

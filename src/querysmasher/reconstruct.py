@@ -1,0 +1,223 @@
+"""Reconstruct: unbiased answers to every workload query, with their variances.
+
+From y_A' = X^(1/2) x_A' + noise the residual estimate is x̂_A' = (X^+)^(1/2) y_A' (generalised least
+squares). A query q on view A decomposes into subqueries q_{=>A'} = q (⊗ W_i) (W_i = I - J/n_i on
+A', (1/n_i) 1 elsewhere), each in the range of its view's mechanism, so
+
+    answer(q) = sum_{A' ⊆ A} q_{=>A'} · x̂_A' = q · T̂_A,  T̂_A = sum_{A' ⊆ A} (⊗ W_i) x̂_A',
+
+is unbiased, and its variance sum_{A'} sigma^2_A' q_{=>A'} X_A'^+ q_{=>A'}^T is known from the plan
+alone. T̂_A — the reconstructed marginal table of the workload view — answers every workload query on
+A; workloads with billions of queries are answered lazily from these tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .decompose import subquery_matrix, view_query_matrix
+from .families import query_matrix_1d
+from .linalg import kron_apply
+from .measure import Measurements, pinv_sqrt_apply
+from .plan import Plan
+from .solvers.base import pinv_psd
+from .workload import WorkloadView
+
+__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "load_answers_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
+
+DEFAULT_MAX_ANSWERS = 10_000_000
+
+
+def _lift(x: np.ndarray, sub: tuple[int, ...], attrs: tuple[int, ...], sizes_all: tuple[int, ...]) -> np.ndarray:
+    """(⊗ W_i) x: a residual estimate over ``sub`` as a table over ``attrs`` (batch dims kept)."""
+    sub_sizes = tuple(sizes_all[a] for a in sub)
+    batch = x.shape[1:]
+    t = x.reshape(sub_sizes + batch)
+    for axis in range(len(sub)):
+        t = t - t.mean(axis=axis, keepdims=True)
+    shape = tuple(sizes_all[a] for a in attrs)
+    expand = tuple(p for p, a in enumerate(attrs) if a not in sub)
+    divisor = math.prod(shape[p] for p in expand)
+    t = np.expand_dims(t, tuple(expand)) if expand else t
+    return (np.broadcast_to(t, shape + batch) / divisor).reshape((-1,) + batch)
+
+
+@dataclass(eq=False)
+class Reconstruction:
+    """Residual estimates of every measured view, and the answers they give."""
+
+    plan: Plan
+    residual: dict[tuple[int, ...], np.ndarray]
+    _tables: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def table(self, attrs: tuple[int, ...]) -> np.ndarray:
+        """T̂_A over the cells of ``attrs`` (row-major): unbiased for every workload query on A."""
+        attrs = tuple(attrs)
+        if attrs not in self._tables:
+            sizes = self.plan.schema.sizes
+            total = np.zeros((math.prod(sizes[a] for a in attrs),) + self._batch)
+            for r in range(len(attrs) + 1):
+                for sub in itertools.combinations(attrs, r):
+                    if sub in self.residual:
+                        total += _lift(self.residual[sub], sub, attrs, sizes)
+            self._tables[attrs] = total
+        return self._tables[attrs]
+
+    @property
+    def _batch(self) -> tuple[int, ...]:
+        first = next(iter(self.residual.values()), np.zeros(1))
+        return first.shape[1:]
+
+    def answer(self, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+        """Answers to explicit query rows over the cells of ``attrs``."""
+        return np.asarray(queries, dtype=float) @ self.table(attrs)
+
+    def view_answers(self, v: WorkloadView) -> np.ndarray:
+        """Answers to every query of one workload view (product families by mode products)."""
+        t = self.table(v.attrs)
+        if v.factors:
+            sizes = tuple(self.plan.schema.sizes[a] for a in v.attrs)
+            return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], t, sizes)
+        return view_query_matrix(self.plan.workload, v) @ t
+
+
+def reconstruct(plan: Plan, meas: Measurements) -> Reconstruction:
+    """Residual estimates x̂_A' = (X^+)^(1/2) y_A' for every measured view."""
+    residual = {}
+    for i, y in zip(meas.view_index, meas.y):
+        residual[plan.views[int(i)]] = pinv_sqrt_apply(plan.solutions[plan.keys[int(i)]].mechanism, y)
+    return Reconstruction(plan, residual)
+
+
+def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
+    return {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
+
+
+def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+    """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
+    q = np.atleast_2d(np.asarray(queries, dtype=float))
+    sizes = tuple(plan.schema.sizes[a] for a in attrs)
+    measured = _measured(plan)
+    out = np.zeros(q.shape[0])
+    for keep in itertools.product((False, True), repeat=len(attrs)):
+        sub = tuple(a for a, k in zip(attrs, keep) if k)
+        if sub not in measured:
+            continue
+        i = measured[sub]
+        s = subquery_matrix(q, sizes, keep)
+        z = pinv_sqrt_apply(plan.solutions[plan.keys[i]].mechanism, s.T)
+        out += plan.allocation.sigma2[i] * np.sum(z * z, axis=0)
+    return out
+
+
+def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
+    """Variances of every query of a workload view; factor-wise for product families over
+    Kronecker mechanisms (outer products of per-attribute vectors), explicit otherwise."""
+    sizes_all = plan.schema.sizes
+    if not v.factors:
+        return query_variances(plan, v.attrs, view_query_matrix(plan.workload, v))
+    qs = [query_matrix_1d(f, sizes_all[a]) for f, a in zip(v.factors, v.attrs)]
+    measured = _measured(plan)
+    out = np.zeros(math.prod(q.shape[0] for q in qs))
+    for keep in itertools.product((False, True), repeat=len(v.attrs)):
+        sub = tuple(a for a, k in zip(v.attrs, keep) if k)
+        if sub not in measured:
+            continue
+        i = measured[sub]
+        mech = plan.solutions[plan.keys[i]].mechanism
+        dropped = np.ones(())
+        for q, k in zip(qs, keep):
+            if not k:
+                dropped = np.multiply.outer(dropped, q.mean(axis=1) ** 2)
+        kept_q = [q - q.mean(axis=1, keepdims=True) for q, k in zip(qs, keep) if k]
+        if mech.kind == "kron":
+            part = np.ones(())
+            for qc, x in zip(kept_q, mech.mats):
+                part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, pinv_psd(x), qc))
+        else:
+            rows = np.ones((1, 1))
+            for qc in kept_q:
+                rows = np.kron(rows, qc)
+            z = pinv_sqrt_apply(mech, rows.T)
+            part = np.sum(z * z, axis=0).reshape([q.shape[0] for q in kept_q])
+        # Put the kept and dropped per-attribute factors back in attribute order.
+        kept_axes = [p for p, k in enumerate(keep) if k]
+        dropped_axes = [p for p, k in enumerate(keep) if not k]
+        full = np.multiply.outer(part, dropped)
+        full = np.moveaxis(full, list(range(len(keep))), kept_axes + dropped_axes)
+        out += plan.allocation.sigma2[i] * full.reshape(-1)
+    return out
+
+
+def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DEFAULT_MAX_ANSWERS) -> dict:
+    """Write the per-view reconstructed tables, and every query's answer and variance when the
+    workload has at most ``max_answers`` queries. Returns a small summary dict."""
+    from .io import atomic_h5, new_group, put, put_json
+
+    plan = rec.plan
+    views = plan.workload.views
+    n_queries = int(plan.workload.query_count())
+    write_answers = n_queries <= max_answers
+    with atomic_h5(path, kind="answers") as f:
+        f.attrs["workload"] = plan.workload.spec
+        f.attrs["method"] = plan.method
+        f.attrs["answers_written"] = write_answers
+        put_json(f, "budget", plan.budget.to_dict())
+        g = new_group(f, "views")
+        lengths = [len(v.attrs) for v in views]
+        put(g, "attrs", np.array([a for v in views for a in v.attrs], dtype=np.int64))
+        put(g, "attr_offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        put(g, "family", np.array([v.family for v in views], dtype=object))
+        put(g, "weight", np.array([v.weight for v in views]))
+        tables = [rec.table(v.attrs) for v in views]
+        put(g, "table_offsets", np.concatenate([[0], np.cumsum([t.shape[0] for t in tables])]).astype(np.int64))
+        put(g, "tables", np.concatenate(tables) if tables else np.zeros(0))
+        if write_answers:
+            answers = [rec.view_answers(v) for v in views]
+            variances = [view_variances(plan, v) for v in views]
+            put(g, "answer_offsets", np.concatenate([[0], np.cumsum([a.shape[0] for a in answers])]).astype(np.int64))
+            put(g, "answers", np.concatenate(answers) if answers else np.zeros(0))
+            put(g, "variances", np.concatenate(variances) if variances else np.zeros(0))
+    return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
+
+
+def load_answers_table(path: str | Path, index: int) -> np.ndarray:
+    """The reconstructed table of workload view ``index`` from an answers file."""
+    from .io import open_h5
+
+    with open_h5(path, "answers") as f:
+        offs = f["views/table_offsets"]
+        return f["views/tables"][int(offs[index]):int(offs[index + 1])]
+
+
+def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
+    """One CSV per workload view: the attribute codes of each cell and the estimated count.
+
+    Files are written to temporary names and renamed, like every output of the project.
+    """
+    import os
+    import tempfile
+
+    import pandas as pd
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names, sizes = rec.plan.schema.names, rec.plan.schema.sizes
+    written = []
+    for attrs in dict.fromkeys(v.attrs for v in rec.plan.workload.views):
+        shape = tuple(sizes[a] for a in attrs)
+        idx = np.indices(shape).reshape(len(attrs), -1) if attrs else np.zeros((0, 1), dtype=int)
+        frame = pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
+        frame["estimate"] = rec.table(attrs)
+        path = folder / ("total.csv" if not attrs else "__".join(names[a] for a in attrs) + ".csv")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+        written.append(path)
+    return written

@@ -1,0 +1,183 @@
+"""Measure and reconstruct: unbiased answers with the predicted variances, a clean release file,
+and strict data validation."""
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import chi2
+
+from bruteforce import marginal_map, view_queries
+from querysmasher.accounting import Budget
+from querysmasher.data import load_records, validate_records
+from querysmasher.errors import InputError
+from querysmasher.measure import make_rng, measure, measure_iter, plan_digest, save_measurements, sqrt_apply
+from querysmasher.plan import make_plan, save_plan
+from querysmasher.reconstruct import query_variances, reconstruct, view_variances
+from querysmasher.schema import parse_schema
+
+DRAWS = 2000
+METHODS = ["rp", "wff", "qs"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    schema = parse_schema("synthetic:n=4,d=3")
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame(rng.integers(0, 4, (300, 3)), columns=schema.names)
+    return schema, validate_records(frame, schema)
+
+
+def _truth(schema, records, workload, v):
+    full = np.bincount(np.ravel_multi_index(records.codes.T, schema.sizes), minlength=int(np.prod(schema.sizes))).astype(float)
+    return view_queries(workload, v) @ (marginal_map(schema.sizes, v.attrs) @ full)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("spec", ["prefix:1,2", "range:1+affine:2", "marginal:2+abs:2@2", "random:2"])
+def test_monte_carlo_unbiased_with_predicted_variance(small, method, spec):
+    schema, records = small
+    plan = make_plan(schema, spec, method, Budget.from_rho(0.5))
+    rec = reconstruct(plan, measure(plan, records, np.random.default_rng(5), draws=DRAWS))
+    sq_err, pred, weights = [], [], []
+    for v in plan.workload.views:
+        truth = _truth(schema, records, plan.workload, v)
+        a = rec.view_answers(v)
+        var = view_variances(plan, v)
+        assert np.allclose(var, query_variances(plan, v.attrs, view_queries(plan.workload, v)))
+        m = len(var) * len(plan.workload.views)
+        # means within 4 standard errors of the truth
+        assert np.all(np.abs(a.mean(axis=1) - truth) <= 4 * np.sqrt(var / DRAWS))
+        # empirical variances within a Bonferroni chi-square band around the predicted ones
+        ratio = a.var(axis=1, ddof=1) / var
+        lo, hi = chi2.ppf(1e-3 / m, DRAWS - 1) / (DRAWS - 1), chi2.ppf(1 - 1e-3 / m, DRAWS - 1) / (DRAWS - 1)
+        assert np.all((ratio > lo) & (ratio < hi))
+        sq_err.append(((a - truth[:, None]) ** 2).mean(axis=1))
+        pred.append(var)
+        weights.append(np.full(len(var), v.weight))
+    w = np.concatenate(weights)
+    empirical_rmse = np.sqrt(np.concatenate(sq_err) @ w / w.sum())
+    assert np.sqrt(np.concatenate(pred) @ w / w.sum()) == pytest.approx(plan.rmse, rel=1e-9)
+    assert empirical_rmse == pytest.approx(plan.rmse, rel=0.05)
+
+
+def test_release_holds_no_true_count(small, tmp_path):
+    schema, records = small
+    plan = make_plan(schema, "hybrid:1,2,3", "wff", Budget.from_beta(1.0))
+    save_plan(plan, tmp_path / "p.h5")
+    rng, seeded = make_rng(None)
+    save_measurements(tmp_path / "m.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(tmp_path / "p.h5"))
+    true_vectors = []
+    for a in plan.views:
+        from querysmasher.data import marginal
+
+        x = marginal(records, a, schema.sizes)
+        true_vectors += [x, sqrt_apply(plan.solutions[plan.keys[plan.views.index(a)]].mechanism, x)]
+    n = float(len(records))
+    with h5py.File(tmp_path / "m.h5") as f:
+        assert not f.attrs["seeded"]
+        assert set(f.keys()) == {"view_index", "offsets", "y"}
+        for name, value in f.attrs.items():
+            assert str(int(n)) not in str(value), f"attribute {name} mentions the record count"
+        y, offs = f["y"][()], f["offsets"][()]
+        for k in range(len(offs) - 1):
+            seg = y[offs[k]:offs[k + 1]]
+            assert not any(t.shape == seg.shape and np.allclose(t, seg, atol=1e-6) for t in true_vectors)
+        assert not np.any(np.isclose(y, n, rtol=0, atol=1e-9))  # the exact record count appears nowhere
+        for name in ("view_index", "offsets"):
+            assert np.array_equal(f[name][()], f[name][()].astype(np.int64))  # structural integers only
+
+
+def test_seeded_release_is_marked_and_reproducible(small, tmp_path):
+    schema, records = small
+    plan = make_plan(schema, "prefix:1", "wff", Budget.from_beta(1.0))
+    save_plan(plan, tmp_path / "p.h5")
+    for name in ("a", "b"):
+        rng, seeded = make_rng(42)
+        save_measurements(tmp_path / f"{name}.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256="x")
+    with h5py.File(tmp_path / "a.h5") as fa, h5py.File(tmp_path / "b.h5") as fb:
+        assert fa.attrs["seeded"] and np.array_equal(fa["y"][()], fb["y"][()])
+    r1, _ = make_rng(None)
+    r2, _ = make_rng(None)
+    assert r1.random() != r2.random()  # OS entropy by default
+
+
+@pytest.mark.parametrize(
+    "column, values, message",
+    [
+        ("a0", ["0", "1", "", "2", "3"], "1 rows are empty or NaN (first data rows: 3)"),
+        ("a1", ["0", "1", "2", "9", "7"], "2 rows are outside the domain 0..3 (first data rows: 4, 5)"),
+        ("a2", ["0", "1.5", "2", "x", "1"], "1 rows are not numbers (first data rows: 4)"),
+    ],
+)
+def test_bad_data_names_column_count_and_rows(tmp_path, column, values, message):
+    schema = parse_schema("synthetic:n=4,d=3")
+    frame = pd.DataFrame({c: ["1"] * 5 for c in schema.names})
+    frame[column] = values
+    path = tmp_path / "d.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(InputError) as e:
+        load_records(path, schema)
+    assert column in str(e.value) and message in str(e.value)
+    dropped = load_records(path, schema, on_invalid="drop")
+    assert dropped.dropped == sum(1 for v in values if v not in ("0", "1", "2", "3")) and len(dropped) == 5 - dropped.dropped
+
+
+def test_non_integer_codes_and_missing_columns(tmp_path):
+    schema = parse_schema("synthetic:n=4,d=2")
+    path = tmp_path / "d.csv"
+    pd.DataFrame({"a0": ["1", "2.5"], "a1": ["0", "0"]}).to_csv(path, index=False)
+    with pytest.raises(InputError, match="1 rows are not integer codes"):
+        load_records(path, schema)
+    pd.DataFrame({"a0": ["1"]}).to_csv(path, index=False)
+    with pytest.raises(InputError, match="missing column.*'a1'"):
+        load_records(path, schema)
+
+
+def test_encoding_from_categories_and_bins(tmp_path):
+    dom = tmp_path / "dom.yaml"
+    dom.write_text("color: {categories: [red, green, blue]}\nage: {bins: [0, 18, 65, 120]}\n")
+    schema = parse_schema(str(dom))
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"color": ["blue", "red", "green"], "age": ["17", "18", "120"]}).to_csv(data, index=False)
+    r = load_records(data, schema, domain_file=dom)
+    assert r.codes.tolist() == [[2, 0], [0, 1], [1, 2]]
+    pd.DataFrame({"color": ["pink"], "age": ["130"]}).to_csv(data, index=False)
+    with pytest.raises(InputError, match="color.*not in the category list"):
+        load_records(data, schema, domain_file=dom)
+
+
+def test_parquet_input(tmp_path, small):
+    schema, records = small
+    path = tmp_path / "d.parquet"
+    pd.DataFrame(records.codes, columns=schema.names).to_parquet(path)
+    assert np.array_equal(load_records(path, schema).codes, records.codes)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "querysmasher", *args], capture_output=True, text=True)
+
+
+def test_cli_end_to_end_and_bad_data(tmp_path, small):
+    schema, records = small
+    data = tmp_path / "d.csv"
+    pd.DataFrame(records.codes, columns=schema.names).to_csv(data, index=False)
+    plan = tmp_path / "p.h5"
+    assert _cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "wff", "--out", str(plan)).returncode == 0
+    r = _cli("measure", "--plan", str(plan), "--data", str(data), "--out", str(tmp_path / "m.h5"), "--seed", "1")
+    assert r.returncode == 0 and "experiments only" in r.stderr
+    r = _cli("reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "m.h5"), "--out", str(tmp_path / "a.h5"), "--csv", str(tmp_path / "csv"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["answers_written"] is True
+    assert (tmp_path / "csv" / "a0__a1.csv").is_file()
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"a0": [0, 5], "a1": [0, 0], "a2": [1, 1]}).to_csv(bad, index=False)
+    r = _cli("measure", "--plan", str(plan), "--data", str(bad), "--out", str(tmp_path / "m2.h5"))
+    assert r.returncode == 2 and "a0" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m2.h5").exists()
+    r = _cli("reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "nope.h5"), "--out", str(tmp_path / "a2.h5"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
