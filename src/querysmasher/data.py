@@ -128,7 +128,8 @@ def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str
             bad_rows |= mask
         cols.append(codes)
     codes = np.stack(cols, axis=1) if cols else np.zeros((len(frame), 0), dtype=np.int64)
-    return Records(codes[~bad_rows], schema, int(bad_rows.sum()))
+    # Column-major: every marginal reads whole columns, contiguous this way.
+    return Records(np.asfortranarray(codes[~bad_rows]), schema, int(bad_rows.sum()))
 
 
 def load_records(path: str | Path, schema: Schema, *, domain_file: str | Path | None = None, on_invalid: str = "error") -> Records:
@@ -158,6 +159,9 @@ def marginal(records: Records, attrs: tuple[int, ...], sizes: tuple[int, ...]) -
     """Counts over the cells of the view ``attrs`` (row-major), from the records directly."""
     if not attrs:
         return np.array([float(len(records))])
-    view_sizes = tuple(sizes[i] for i in attrs)
-    flat = np.ravel_multi_index(tuple(records.codes[:, i] for i in attrs), view_sizes)
-    return np.bincount(flat, minlength=int(np.prod(view_sizes))).astype(float)
+    # Row-major cell index, built column by column (codes were range-checked on loading).
+    flat = records.codes[:, attrs[0]].copy()
+    for i in attrs[1:]:
+        flat *= sizes[i]
+        flat += records.codes[:, i]
+    return np.bincount(flat, minlength=int(np.prod([sizes[i] for i in attrs]))).astype(float)

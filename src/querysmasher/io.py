@@ -67,6 +67,9 @@ def atomic_h5(path: str | os.PathLike, *, kind: str) -> Iterator[h5py.File]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
     try:
         with h5py.File(tmp, "w", track_order=False) as f:
             f.attrs["kind"] = kind

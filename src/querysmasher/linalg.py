@@ -48,9 +48,18 @@ def kron_apply(factors: Sequence[np.ndarray], x: np.ndarray, sizes: Sequence[int
     (rows prod(F_i.shape[0])) with the same batch dimensions. Costs sum_i prod(sizes) * rows_i.
     """
     batch = x.shape[1:]
-    t = x.reshape(tuple(sizes) + batch)
+    dims = list(sizes) + [int(np.prod(batch, dtype=np.int64))]
+    t = np.ascontiguousarray(x).reshape(dims)
     for axis, f in enumerate(factors):
-        t = np.moveaxis(np.tensordot(f, t, axes=([1], [axis])), 0, axis)
+        # View the tensor as (pre, n, post) and multiply the middle index: one batched matmul,
+        # no transposes (tensordot + moveaxis copied the whole tensor twice per factor).
+        pre = int(np.prod(dims[:axis], dtype=np.int64))
+        post = int(np.prod(dims[axis + 1:], dtype=np.int64))
+        if post == 1:  # last index: one plain matmul beats `pre` tiny batched matvecs
+            t = t.reshape(pre, dims[axis]) @ f.T
+        else:
+            t = np.matmul(f, t.reshape(pre, dims[axis], post))
+        dims[axis] = f.shape[0]
     return t.reshape((-1,) + batch)
 
 

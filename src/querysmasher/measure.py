@@ -104,12 +104,36 @@ def plan_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+class _Segments:
+    """Read-only sequence of the per-view slices of one flat HDF5 dataset, read on demand, so a
+    multi-gigabyte release is never loaded whole."""
+
+    def __init__(self, path: str | Path, offsets: np.ndarray):
+        import h5py
+
+        self._file = h5py.File(path, "r")
+        self._y = self._file["y"]
+        self._offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return self._y[int(self._offsets[k]):int(self._offsets[k + 1])]
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @dataclass(eq=False)
 class Measurements:
     """Noisy measurements of every measured residual view (index into plan.views)."""
 
     view_index: np.ndarray  # which plan views were measured
-    y: list[np.ndarray]  # per measured view: cells (x draws, for Monte Carlo)
+    y: list[np.ndarray] | _Segments  # per measured view: cells (x draws, for Monte Carlo)
     seeded: bool
     plan_sha256: str = ""
 
@@ -175,5 +199,5 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None) -> Measu
         if plan_sha256 is not None and digest != plan_sha256:
             raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
         offs = f["offsets"][()]
-        y = f["y"][()]
-        return Measurements(f["view_index"][()], [y[offs[i]:offs[i + 1]] for i in range(len(offs) - 1)], bool(f.attrs["seeded"]), digest)
+        index, seeded = f["view_index"][()], bool(f.attrs["seeded"])
+    return Measurements(index, _Segments(path, offs), seeded, digest)

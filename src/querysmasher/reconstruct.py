@@ -47,31 +47,52 @@ def _lift(x: np.ndarray, sub: tuple[int, ...], attrs: tuple[int, ...], sizes_all
     return (np.broadcast_to(t, shape + batch) / divisor).reshape((-1,) + batch)
 
 
+CACHE_CELLS = 4096  # residual estimates and tables up to this size are kept: many tables reuse them
+
+
 @dataclass(eq=False)
 class Reconstruction:
-    """Residual estimates of every measured view, and the answers they give."""
+    """Residual estimates of every measured view (computed on demand), and the answers they give."""
 
     plan: Plan
-    residual: dict[tuple[int, ...], np.ndarray]
+    meas: Measurements
+    _residual: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _tables: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._position = {self.plan.views[int(i)]: k for k, i in enumerate(self.meas.view_index)}
+
+    def residual(self, sub: tuple[int, ...]) -> np.ndarray | None:
+        """x̂_A' = (X^+)^(1/2) y_A' for a measured residual view (None when it is not measured)."""
+        if sub in self._residual:
+            return self._residual[sub]
+        k = self._position.get(sub)
+        if k is None:
+            return None
+        i = int(self.meas.view_index[k])
+        x = pinv_sqrt_apply(self.plan.solutions[self.plan.keys[i]].mechanism, np.asarray(self.meas.y[k]))
+        if x.shape[0] <= CACHE_CELLS:
+            self._residual[sub] = x
+        return x
 
     def table(self, attrs: tuple[int, ...]) -> np.ndarray:
         """T̂_A over the cells of ``attrs`` (row-major): unbiased for every workload query on A."""
         attrs = tuple(attrs)
-        if attrs not in self._tables:
-            sizes = self.plan.schema.sizes
-            total = np.zeros((math.prod(sizes[a] for a in attrs),) + self._batch)
-            for r in range(len(attrs) + 1):
-                for sub in itertools.combinations(attrs, r):
-                    if sub in self.residual:
-                        total += _lift(self.residual[sub], sub, attrs, sizes)
+        if attrs in self._tables:
+            return self._tables[attrs]
+        sizes = self.plan.schema.sizes
+        total = None
+        for r in range(len(attrs) + 1):
+            for sub in itertools.combinations(attrs, r):
+                x = self.residual(sub)
+                if x is not None:
+                    part = _lift(x, sub, attrs, sizes)
+                    total = part.copy() if total is None else total.__iadd__(part)
+        if total is None:
+            total = np.zeros(math.prod(sizes[a] for a in attrs))
+        if total.shape[0] <= CACHE_CELLS:
             self._tables[attrs] = total
-        return self._tables[attrs]
-
-    @property
-    def _batch(self) -> tuple[int, ...]:
-        first = next(iter(self.residual.values()), np.zeros(1))
-        return first.shape[1:]
+        return total
 
     def answer(self, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
         """Answers to explicit query rows over the cells of ``attrs``."""
@@ -87,11 +108,8 @@ class Reconstruction:
 
 
 def reconstruct(plan: Plan, meas: Measurements) -> Reconstruction:
-    """Residual estimates x̂_A' = (X^+)^(1/2) y_A' for every measured view."""
-    residual = {}
-    for i, y in zip(meas.view_index, meas.y):
-        residual[plan.views[int(i)]] = pinv_sqrt_apply(plan.solutions[plan.keys[int(i)]].mechanism, y)
-    return Reconstruction(plan, residual)
+    """A reconstruction over the measurements; residual estimates are computed when needed."""
+    return Reconstruction(plan, meas)
 
 
 def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
@@ -174,15 +192,22 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         put(g, "attr_offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
         put(g, "family", np.array([v.family for v in views], dtype=object))
         put(g, "weight", np.array([v.weight for v in views]))
-        tables = [rec.table(v.attrs) for v in views]
-        put(g, "table_offsets", np.concatenate([[0], np.cumsum([t.shape[0] for t in tables])]).astype(np.int64))
-        put(g, "tables", np.concatenate(tables) if tables else np.zeros(0))
+        sizes = plan.schema.sizes
+        cells = [math.prod(sizes[a] for a in v.attrs) for v in views]
+        t_offs = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
+        put(g, "table_offsets", t_offs)
+        tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
+        for k, v in enumerate(views):  # streamed: one table in memory at a time
+            tables[t_offs[k]:t_offs[k + 1]] = rec.table(v.attrs)
         if write_answers:
-            answers = [rec.view_answers(v) for v in views]
-            variances = [view_variances(plan, v) for v in views]
-            put(g, "answer_offsets", np.concatenate([[0], np.cumsum([a.shape[0] for a in answers])]).astype(np.int64))
-            put(g, "answers", np.concatenate(answers) if answers else np.zeros(0))
-            put(g, "variances", np.concatenate(variances) if variances else np.zeros(0))
+            counts = [plan.workload.view_count(v) for v in views]
+            a_offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            put(g, "answer_offsets", a_offs)
+            ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
+            var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
+            for k, v in enumerate(views):
+                ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
+                var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
@@ -217,6 +242,7 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
         path = folder / ("total.csv" if not attrs else "__".join(names[a] for a in attrs) + ".csv")
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
+        os.chmod(tmp, 0o644)
         frame.to_csv(tmp, index=False)
         os.replace(tmp, path)
         written.append(path)
