@@ -15,7 +15,7 @@ dropped and counted, and the privacy guarantee then holds for the cleaned data s
 >>> s = parse_schema("synthetic:n=3,d=2")
 >>> r = validate_records(pd.DataFrame({"a0": [0, 2, 1], "a1": [1, 1, 0]}), s)
 >>> marginal(r, (1,), s.sizes).tolist()
-[1.0, 2.0]
+[1.0, 2.0, 0.0]
 """
 
 from __future__ import annotations
