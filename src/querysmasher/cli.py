@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
-    p.add_argument("--method", default="qs", help="qs | wff | rp (default qs)")
+    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm (default qs)")
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -107,13 +107,22 @@ def _plan(args: argparse.Namespace) -> int:
     from .plan import make_plan, save_plan
     from .solvers import SOLVERS
 
-    if args.method not in SOLVERS:
-        raise InputError("--method", args.method, f"unknown method (known: {', '.join(sorted(SOLVERS))})")
+    methods = sorted(SOLVERS) + ["hdmm"]
+    if args.method not in methods:
+        raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
     budget = _budget(args)
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
+        if args.method == "hdmm":
+            if args.out:
+                raise InputError("--out", args.out, "hdmm optimises one strategy over the full domain, not per-view mechanisms: "
+                                 "it has no plan file; measure it with querysmasher.hdmm on domains that fit in memory")
+            from .hdmm import plan_hdmm
+
+            plan = plan_hdmm(args.schema, args.workload, budget, all_numeric=args.all_numeric)
+        else:
+            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
     for w in caught:
         print(f"querysmasher: warning: {w.message}", file=sys.stderr)
     if args.out:
@@ -122,8 +131,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s))
     else:
-        print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, "
-              f"{s['views']} views, {s['residual_views']} residual views, {s['distinct_solves']} distinct solves, {s['seconds']:.2f} s)")
+        views = f"{s['views']} views" + (f", {s['residual_views']} residual views, {s['distinct_solves']} distinct solves" if "residual_views" in s else "")
+        print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
         print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")

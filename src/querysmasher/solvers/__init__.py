@@ -18,7 +18,13 @@ def _qs(**options):
     return QSSolver(**options)
 
 
-SOLVERS = {"rp": lambda **o: RPSolver(), "wff": lambda **o: WFFSolver(), "qs": _qs}
+def _rpplus(**options):
+    from .rpplus import RPPlusSolver  # optimises 1-D strategies with the SDP code; import on demand
+
+    return RPPlusSolver(**options)
+
+
+SOLVERS = {"rp": lambda **o: RPSolver(), "wff": lambda **o: WFFSolver(), "qs": _qs, "rpplus": _rpplus}
 
 
 def get_solver(name: str, **options) -> ViewSolver:
