@@ -1,0 +1,23 @@
+# Stage 8: every experiment of the grid -> results/tables/*.csv and results/figures/*.png
+# (also shown by `snakemake --report report.html`).
+
+
+rule aggregate:
+    input:
+        experiment_targets(),
+    output:
+        experiments=report(AGGREGATE_TABLES[0], category="Tables", labels={"table": "experiments"}),
+        rmse=report(AGGREGATE_TABLES[1], category="Tables", labels={"table": "RMSE by method"}),
+        resources=report(AGGREGATE_TABLES[2], category="Tables", labels={"table": "time and memory"}),
+        fig_rmse=report(AGGREGATE_FIGURES[0], category="Figures", labels={"figure": "RMSE by method and workload"}),
+        fig_time=report(AGGREGATE_FIGURES[1], category="Figures", labels={"figure": "time vs residual views"}),
+        fig_memory=report(AGGREGATE_FIGURES[2], category="Figures", labels={"figure": "memory vs residual views"}),
+    params:
+        lib=lib("aggregate"),
+    log:
+        f"{R}/logs/aggregate.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/aggregate.py"

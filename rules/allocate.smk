@@ -1,0 +1,28 @@
+# Stage 4: allocate the budget over the residual views -> plan.h5 + plan.json (predicted RMSE,
+# certified lower bound when every view is certified, privacy as beta / rho / mu / (eps, delta)).
+
+
+rule allocate:
+    input:
+        workload=f"{R}/{{experiment}}/workload.h5",
+        decomposition=f"{R}/{{experiment}}/decomposition.json",
+        manifest=manifest_path,
+        solves=solve_files,
+    output:
+        plan=f"{R}/{{experiment}}/plan.h5",
+        summary=f"{R}/{{experiment}}/plan.json",
+    params:
+        method=lambda wc: experiment_of(wc).method,
+        budget=lambda wc: experiment_of(wc).budget,
+        delta=config["delta"],
+        experiment=lambda wc: experiment_of(wc).as_dict(),
+        lib=lib("allocate"),
+    log:
+        f"{R}/{{experiment}}/logs/allocate.log",
+    benchmark:
+        f"{R}/{{experiment}}/benchmarks/allocate.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../scripts/allocate.py"

@@ -1,0 +1,182 @@
+# Config validation and input functions shared by every rule.
+#
+# Everything that can be wrong in the config fails HERE, while the Snakefile is parsed, before any
+# job runs: the JSON schema (config/schema.yaml: unknown keys, types, enums, patterns; it also fills
+# in defaults), then querysmasher.stages.check_config (every schema and workload parses, every
+# method has a solver, budgets and data sources are valid), with one line naming the key/value and
+# the reason.
+
+import json
+import os
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from querysmasher import stages
+from querysmasher.errors import InputError
+
+try:
+    validate(config, "../config/schema.yaml")
+except WorkflowError:
+    schema_file = os.path.join(workflow.basedir, "..", "config", "schema.yaml")
+    raise WorkflowError(stages.format_validation_error(config, schema_file)) from None
+
+try:
+    EXPERIMENTS = stages.check_config(config)
+except InputError as exc:
+    raise WorkflowError(f"invalid config: {exc}") from None
+
+R = stages.RESULTS
+SOLVE = config["solve"]
+RELEASE = bool(config["release"])
+CSV_TABLES = bool(config["reconstruct"]["csv"])
+
+
+wildcard_constraints:
+    experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+",
+    key=stages.KEY_PATTERN,
+    bid=stages.KEY_PATTERN,
+    ns=stages.NS_PATTERN,
+
+
+def experiment_of(wildcards):
+    try:
+        return EXPERIMENTS[wildcards.experiment]
+    except KeyError:
+        raise WorkflowError(f"experiment {wildcards.experiment!r} is not in the config's grid") from None
+
+
+def solver_options(method):
+    return dict(SOLVE["options"].get(method) or {})
+
+
+_FINGERPRINTS = {}
+
+
+def lib(stage, method=None):
+    """Library version + hash of the code this stage runs (a params entry: edits re-run the rule)."""
+    if (stage, method) not in _FINGERPRINTS:
+        _FINGERPRINTS[(stage, method)] = stages.library_fingerprint(stage, method)
+    return _FINGERPRINTS[(stage, method)]
+
+
+def exp_path(name, wildcards):
+    return f"{R}/{wildcards.experiment}/{name}"
+
+
+# --------------------------------------------------------------------------- workload inputs
+
+
+def workload_inputs(wildcards):
+    """Files a workload spec reads: a schema file and custom query files (if any)."""
+    e = experiment_of(wildcards)
+    files = [e.schema_spec] if os.path.isfile(e.schema_spec) else []
+    for term in e.workload.split("+"):
+        if term.startswith("custom:"):
+            files.append(term[len("custom:"):].split("@")[0])
+    return files
+
+
+# --------------------------------------------------------------------------- after the checkpoint
+
+
+def manifest_path(wildcards):
+    """The experiment's manifest; raises until the decompose checkpoint has run."""
+    return checkpoints.decompose.get(experiment=wildcards.experiment).output.manifest
+
+
+def solve_files(wildcards):
+    with open(manifest_path(wildcards)) as fh:
+        return json.load(fh)["solve_files"]
+
+
+_MANIFESTS = {}
+
+
+def solve_index():
+    """(namespace, file id) -> cost and context, from every existing manifest of the grid
+    (re-read when a manifest changes)."""
+    index = {}
+    for name in EXPERIMENTS:
+        path = f"{R}/{name}/manifest.json"
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            continue
+        cached = _MANIFESTS.get(path)
+        if cached is None or cached[0] != mtime:
+            with open(path) as fh:
+                m = json.load(fh)
+            entries = {}
+            for s in m["subproblems"]:
+                if not s["batched"]:
+                    entries[(m["namespace"], s["key"])] = {"cost": s["cost"], "workload": m["workload_file"], "method": m["method"]}
+            for b in m["batches"]:
+                entries[(m["namespace"], b["file_id"])] = {"cost": b["cost"], "workload": m["workload_file"], "method": m["method"]}
+            cached = _MANIFESTS[path] = (mtime, entries)
+        index.update(cached[1])
+    return index
+
+
+def solve_entry(ns, file_id):
+    return solve_index().get((ns, file_id), {"cost": {"mem_mb": 1000, "runtime": 60}, "workload": None})
+
+
+def solve_method(wildcards):
+    method = stages.method_of_namespace(wildcards.ns)
+    if method not in {e.method for e in EXPERIMENTS.values()}:
+        raise WorkflowError(f"solve folder {wildcards.ns!r}: method {method!r} is not in the config's grid")
+    return method
+
+
+def solve_context(file_id):
+    """For solvers with prepare(): the (never re-read by mtime) workload file of an experiment of
+    this namespace; nothing for context-free solvers (rp, wff, qs)."""
+
+    def inner(wildcards):
+        if "-c" not in wildcards.ns:
+            return []
+        entry = solve_entry(wildcards.ns, file_id(wildcards))
+        if not entry["workload"]:
+            raise WorkflowError(f"no experiment of the grid uses solve folder {wildcards.ns!r}")
+        return [ancient(entry["workload"])]
+
+    return inner
+
+
+def solve_resource(file_id, what):
+    def inner(wildcards, attempt):
+        cost = solve_entry(wildcards.ns, file_id(wildcards))["cost"]
+        return int(cost[what] * (2 ** (attempt - 1)))  # a retry gets twice the memory and time
+
+    return inner
+
+
+def batch_members(wildcards):
+    path = stages.batch_path(wildcards.bid)
+    if not os.path.exists(path):
+        raise WorkflowError(f"{path} is missing: re-run the decompose checkpoints (snakemake -R decompose)")
+    with open(path) as fh:
+        return [stages.subproblem_path(k) for k in json.load(fh)["keys"]]
+
+
+# --------------------------------------------------------------------------- data
+
+
+def data_inputs(wildcards):
+    return stages.data_inputs(experiment_of(wildcards).data)
+
+
+def data_source(wildcards):
+    return stages.data_source(experiment_of(wildcards).data)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def experiment_targets():
+    return [f"{R}/{name}/metrics.json" for name in sorted(EXPERIMENTS)]
+
+
+AGGREGATE_TABLES = [f"{R}/tables/experiments.csv", f"{R}/tables/rmse.csv", f"{R}/tables/resources.csv"]
+AGGREGATE_FIGURES = [f"{R}/figures/rmse.png", f"{R}/figures/time_vs_views.png", f"{R}/figures/memory_vs_views.png"]

@@ -1,0 +1,25 @@
+# Stage 5: the release -> measurements.h5. The ONLY rule that reads records for a release (a CSV
+# file, or seeded synthetic records when the data set is synthetic or its file is absent). The
+# noise seed is the experiment's seed: experiments are explicitly seeded runs, and the file is
+# marked seeded.
+
+
+rule measure:
+    input:
+        plan=f"{R}/{{experiment}}/plan.h5",
+        data=data_inputs,
+    output:
+        f"{R}/{{experiment}}/measurements.h5",
+    params:
+        source=data_source,
+        seed=lambda wc: experiment_of(wc).seed,
+        lib=lib("measure"),
+    log:
+        f"{R}/{{experiment}}/logs/measure.log",
+    benchmark:
+        f"{R}/{{experiment}}/benchmarks/measure.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../scripts/measure.py"

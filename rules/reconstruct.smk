@@ -1,0 +1,23 @@
+# Stage 6: answers and variances of every workload query -> answers.h5 (+ one CSV table per
+# workload view in results/{experiment}/tables/ when reconstruct.csv is true).
+
+
+rule reconstruct:
+    input:
+        plan=f"{R}/{{experiment}}/plan.h5",
+        measurements=f"{R}/{{experiment}}/measurements.h5",
+    output:
+        answers=f"{R}/{{experiment}}/answers.h5",
+        **({"tables": directory(f"{R}/{{experiment}}/tables")} if CSV_TABLES else {}),
+    params:
+        max_answers=config["reconstruct"]["max_answers"],
+        lib=lib("reconstruct"),
+    log:
+        f"{R}/{{experiment}}/logs/reconstruct.log",
+    benchmark:
+        f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../scripts/reconstruct.py"
