@@ -28,7 +28,7 @@ import numpy as np
 
 from .data import Records, marginal
 from .errors import InputError
-from .linalg import kron_apply
+from .linalg import kron_apply, single_threaded_blas
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
@@ -149,15 +149,19 @@ def measured_views(plan: Plan) -> np.ndarray:
 
 
 def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draws: int | None = None):
-    """Yield (view index, y) for every measured view, one view at a time (bounded memory)."""
+    """Yield (view index, y) for every measured view, one view at a time (bounded memory).
+
+    BLAS runs single-threaded while the generator is active (many small products).
+    """
     _check_schema(plan, records)
-    for i in measured_views(plan):
-        mech = plan.solutions[plan.keys[i]].mechanism
-        x = marginal(records, plan.views[i], plan.schema.sizes)
-        clean = sqrt_apply(mech, x)
-        shape = clean.shape if draws is None else clean.shape + (draws,)
-        noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
-        yield int(i), (clean if draws is None else clean[:, None]) + noise
+    with single_threaded_blas():
+        for i in measured_views(plan):
+            mech = plan.solutions[plan.keys[i]].mechanism
+            x = marginal(records, plan.views[i], plan.schema.sizes)
+            clean = sqrt_apply(mech, x)
+            shape = clean.shape if draws is None else clean.shape + (draws,)
+            noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
+            yield int(i), (clean if draws is None else clean[:, None]) + noise
 
 
 def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
-from .linalg import kron_apply
+from .linalg import kron_apply, single_threaded_blas
 from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
 from .solvers.base import pinv_psd
@@ -181,7 +181,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
     views = plan.workload.views
     n_queries = int(plan.workload.query_count())
     write_answers = n_queries <= max_answers
-    with atomic_h5(path, kind="answers") as f:
+    with atomic_h5(path, kind="answers") as f, single_threaded_blas():
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
         f.attrs["answers_written"] = write_answers
