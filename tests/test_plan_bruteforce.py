@@ -19,7 +19,7 @@ def schema(tmp_path_factory):
 
 
 @pytest.mark.parametrize("spec", SPECS)
-@pytest.mark.parametrize("method", ["rp", "wff", "qs"])
+@pytest.mark.parametrize("method", ["rp", "wff", "qs", "rpplus"])
 @pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3), Budget.from_mu(2.0), Budget.from_epsilon_delta(1.0, 1e-6)])
 def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, method, budget):
     plan = make_plan(schema, spec, method, budget)

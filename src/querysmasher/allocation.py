@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Allocation", "allocate", "rmse"]
+__all__ = ["Allocation", "allocate", "rmse", "PredictedError"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,3 +53,19 @@ def allocate(losses, beta: float) -> Allocation:
 def rmse(total_variance: float, queries: float) -> float:
     """sqrt(total weighted variance / number of queries, weights counted as multiplicities)."""
     return math.sqrt(total_variance / queries) if queries else float("nan")
+
+
+class PredictedError:
+    """Mixin for plans: queries, total variance and RMSE from ``self.workload`` and ``self.allocation``."""
+
+    @property
+    def queries(self) -> float:
+        return self.workload.query_count(weighted=True)
+
+    @property
+    def total_variance(self) -> float:
+        return self.allocation.total_variance
+
+    @property
+    def rmse(self) -> float:
+        return rmse(self.total_variance, self.queries)

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .accounting import Budget
-from .allocation import Allocation, allocate, rmse
+from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
 from .linalg import MatrixStore
 from .schema import Schema, parse_schema
@@ -27,7 +26,7 @@ __all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", 
 
 
 @dataclass(eq=False)
-class Plan:
+class Plan(PredictedError):
     """Everything the measure and reconstruct stages need, plus the predicted error."""
 
     schema: Schema
@@ -44,18 +43,6 @@ class Plan:
     workload_views: int
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def queries(self) -> float:
-        return self.workload.query_count(weighted=True)
-
-    @property
-    def total_variance(self) -> float:
-        return self.allocation.total_variance
-
-    @property
-    def rmse(self) -> float:
-        return rmse(self.total_variance, self.queries)
 
     @property
     def certified(self) -> bool:
@@ -156,7 +143,6 @@ def make_plan(
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
     from .io import atomic_h5, new_group, put, put_json
-    from .workload import CustomQueries  # noqa: F401  (documented content of /custom)
 
     with atomic_h5(path, kind="plan") as f:
         put_json(f, "schema", plan.schema.to_dict())

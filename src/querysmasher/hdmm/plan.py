@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 
 from ..accounting import Budget
-from ..allocation import Allocation, allocate, rmse
+from ..allocation import Allocation, PredictedError, allocate, rmse
 from ..errors import InputError
 from ..families import query_matrix_1d
 from ..linalg import kron_apply
@@ -63,7 +63,7 @@ class HDMMGroup:
 
 
 @dataclass(eq=False)
-class HDMMPlan:
+class HDMMPlan(PredictedError):
     """The chosen HDMM strategy, its noise scales and its expected error."""
 
     schema: Schema
@@ -80,18 +80,6 @@ class HDMMPlan:
     @property
     def allocation(self) -> Allocation:
         return allocate([g.error for g in self.groups], self.budget.beta)
-
-    @property
-    def queries(self) -> float:
-        return self.workload.query_count(weighted=True)
-
-    @property
-    def total_variance(self) -> float:
-        return self.allocation.total_variance
-
-    @property
-    def rmse(self) -> float:
-        return rmse(self.total_variance, self.queries)
 
     def summary(self) -> dict:
         return {
