@@ -58,3 +58,21 @@ def test_budget_forms_agree(capsys):
 
     assert beta_of("--rho", "0.5") == beta_of("--mu", "1") == beta_of("--beta", "1") == 1.0
     assert beta_of("--epsilon", "1", "--delta", "1e-6") == pytest.approx(0.056029, abs=1e-6)
+
+
+def test_hdmm_through_the_commands(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    data = tmp_path / "d.csv"
+    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    plan, meas, ans = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
+    assert run("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(plan)).returncode == 0
+    assert run("measure", "--plan", str(plan), "--data", str(data), "--out", str(meas)).returncode == 0
+    r = run("reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(ans))
+    assert r.returncode == 0 and json.loads(r.stdout)["queries"] == 60
+    big = tmp_path / "big.h5"
+    assert run("plan", "--schema", "synthetic:n=10,d=40", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(big)).returncode == 0
+    r = run("measure", "--plan", str(big), "--data", str(data), "--out", str(tmp_path / "m2.h5"))
+    assert r.returncode == 2 and "max_domain_cells" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m2.h5").exists()

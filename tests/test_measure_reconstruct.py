@@ -21,7 +21,7 @@ from querysmasher.reconstruct import query_variances, reconstruct, view_variance
 from querysmasher.schema import parse_schema
 
 DRAWS = 2000
-METHODS = ["rp", "wff", "qs"]
+METHODS = ["rp", "wff", "qs", "rpplus"]
 
 
 @pytest.fixture(scope="module")

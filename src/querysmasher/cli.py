@@ -12,6 +12,7 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from .accounting import Budget
 from .errors import InputError
@@ -115,9 +116,6 @@ def _plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if args.method == "hdmm":
-            if args.out:
-                raise InputError("--out", args.out, "hdmm optimises one strategy over the full domain, not per-view mechanisms: "
-                                 "it has no plan file; measure it with querysmasher.hdmm on domains that fit in memory")
             from .hdmm import plan_hdmm
 
             plan = plan_hdmm(args.schema, args.workload, budget, all_numeric=args.all_numeric)
@@ -126,7 +124,12 @@ def _plan(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"querysmasher: warning: {w.message}", file=sys.stderr)
     if args.out:
-        save_plan(plan, args.out)
+        if args.method == "hdmm":
+            from .hdmm.files import save_hdmm_plan
+
+            save_hdmm_plan(plan, args.out)
+        else:
+            save_plan(plan, args.out)
     s = plan.summary()
     if args.json:
         print(json.dumps(s))
@@ -145,7 +148,16 @@ def _measure(args: argparse.Namespace) -> int:
     from .plan import load_plan
     from .schema import parse_schema
 
-    plan = load_plan(args.plan)
+    from .io import read_kind
+
+    hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
+    if hdmm:
+        from .hdmm.files import check_measurable, load_hdmm_plan
+
+        plan = load_hdmm_plan(args.plan)
+        check_measurable(plan)  # before any record is read
+    else:
+        plan = load_plan(args.plan)
     schema = plan.schema
     if args.schema:
         given = parse_schema(args.schema)
@@ -157,7 +169,12 @@ def _measure(args: argparse.Namespace) -> int:
     rng, seeded = make_rng(args.seed)
     if seeded:
         print("querysmasher: warning: fixed noise seed: this release is for experiments only", file=sys.stderr)
-    save_measurements(args.out, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(args.plan))
+    if hdmm:
+        from .hdmm.files import measure_hdmm_to_file
+
+        measure_hdmm_to_file(plan, records, rng, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
+    else:
+        save_measurements(args.out, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(args.plan))
     return 0
 
 
@@ -168,6 +185,15 @@ def _reconstruct(args: argparse.Namespace) -> int:
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")
+    from .io import read_kind
+
+    if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
+        from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
+
+        if args.csv:
+            raise InputError("--csv", args.csv, "hdmm answers have no per-view tables to write as CSV")
+        print(json.dumps(reconstruct_hdmm_to_file(load_hdmm_plan(args.plan), args.measurements, args.out, plan_digest(args.plan))))
+        return 0
     plan = load_plan(args.plan)
     meas = load_measurements(args.measurements, plan_digest(args.plan))
     rec = reconstruct(plan, meas)
