@@ -37,14 +37,7 @@ log() { echo "[start_slurm] $*"; }
 unavailable() { echo "SLURM unavailable: $*" >&2; exit 3; }
 die() { local code="$1"; shift; echo "[start_slurm] ERROR: $*" >&2; exit "$code"; }
 
-# alive PIDFILE NAME -> 0 if the pid in PIDFILE is alive and is process NAME
-alive() {
-    local pidfile="$1" name="$2" pid
-    [[ -r "$pidfile" ]] || return 1
-    pid="$(tr -dc '0-9' <"$pidfile")"
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$name"* ]]
-}
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_common.sh"
 # running PIDFILE NAME -> alive, or a process of that exact name exists
 # (started by other means, without our pid file; detection only, never killed)
 running() { alive "$1" "$2" || pgrep -x "$2" >/dev/null 2>&1; }

@@ -16,13 +16,7 @@ if [[ "$(id -u)" -ne 0 ]]; then
     exit 1
 fi
 
-alive() {
-    local pidfile="$1" name="$2" pid
-    [[ -r "$pidfile" ]] || return 1
-    pid="$(tr -dc '0-9' <"$pidfile")"
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$name"* ]]
-}
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_common.sh"
 
 rc=0
 stop_pid() {
