@@ -57,3 +57,15 @@ def test_allocation_is_optimal_and_spends_at_most_beta():
         inv = rng.random(3)
         inv = inv / inv.sum() * 2.0
         assert float(np.dot(1 / inv, [1.0, 4.0, 9.0])) >= a.total_variance - 1e-9
+
+
+def test_allocation_uses_the_actual_privacy_costs():
+    import numpy as np
+
+    losses, costs = np.array([1.0, 4.0, 9.0]), np.array([1.0, 0.5, 0.9])
+    a = allocate(losses, beta=1.5, costs=costs)
+    assert a.privacy_cost == pytest.approx(1.5, rel=1e-12) and a.privacy_cost <= 1.5
+    assert a.total_variance == pytest.approx(np.sqrt(losses * costs).sum() ** 2 / 1.5, rel=1e-12)
+    assert a.total_variance < allocate(losses, beta=1.5).total_variance  # slack in a cost is used, not wasted
+    with pytest.raises(ValueError):
+        allocate(losses, 1.0, costs=[1.0, 0.0, 1.0])

@@ -25,29 +25,42 @@ class Allocation:
     sigma2: np.ndarray  # per view; inf where the view is not measured (L = 0)
     total_variance: float
     beta: float
+    costs: np.ndarray | None = None  # per-view privacy cost at sigma^2 = 1 (None: all 1)
 
     @property
     def privacy_cost(self) -> float:
-        """sum 1/sigma^2: the budget actually spent (equals beta up to rounding)."""
-        return float(np.sum(1.0 / self.sigma2[np.isfinite(self.sigma2)]))
+        """sum c_v / sigma_v^2: the budget actually spent (at most beta)."""
+        finite = np.isfinite(self.sigma2)
+        c = np.ones_like(self.sigma2) if self.costs is None else self.costs
+        return float(np.sum(c[finite] / self.sigma2[finite]))
 
 
-def allocate(losses, beta: float) -> Allocation:
+def allocate(losses, beta: float, costs=None) -> Allocation:
+    """Optimal noise scales for views with losses L_v at privacy costs c_v (default 1).
+
+    With the actual costs (a mechanism's max diagonal, at most 1) the optimum is
+    sigma_v^2 = gamma sqrt(c_v / L_v), gamma = sum sqrt(c_v L_v) / beta, total (sum sqrt(c_v L_v))^2 / beta,
+    and sum c_v / sigma_v^2 = beta exactly: the reported budget is the spent one.
+    """
     losses = np.asarray(losses, dtype=float)
+    costs = np.ones_like(losses) if costs is None else np.asarray(costs, dtype=float)
     if np.any(losses < 0) or not np.all(np.isfinite(losses)):
         raise ValueError("losses must be finite and non-negative")
-    roots = np.sqrt(losses)
+    if costs.shape != losses.shape or np.any(costs <= 0) or not np.all(np.isfinite(costs)):
+        raise ValueError("costs must be finite, positive and one per view")
+    roots = np.sqrt(losses * costs)
     total = float(roots.sum())
     if total == 0:
-        return Allocation(np.full(losses.shape, np.inf), 0.0, beta)
+        return Allocation(np.full(losses.shape, np.inf), 0.0, beta, costs)
     gamma = total / beta
-    with np.errstate(divide="ignore"):
-        sigma2 = np.where(roots > 0, gamma / np.where(roots > 0, roots, 1.0), np.inf)
-    # Rounding must never overspend: rescale so that sum 1/sigma^2 <= beta holds in floating point.
-    spent = float(np.sum(1.0 / sigma2[np.isfinite(sigma2)]))
+    measured = roots > 0
+    sigma2 = np.full(losses.shape, np.inf)
+    sigma2[measured] = gamma * np.sqrt(costs[measured] / losses[measured])
+    # Rounding must never overspend: rescale so that sum c/sigma^2 <= beta holds in floating point.
+    spent = float(np.sum(costs[measured] / sigma2[measured]))
     if spent > beta:
         sigma2 = sigma2 * (spent / beta) * (1 + 1e-15)
-    return Allocation(sigma2, total * total / beta, beta)
+    return Allocation(sigma2, float(np.sum(sigma2[measured] * losses[measured])), beta, costs)
 
 
 def rmse(total_variance: float, queries: float) -> float:

@@ -102,7 +102,9 @@ def assemble_plan(
     scales = np.array([decomp.keys[a][1] for a in views])
     losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
     lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
-    alloc = allocate(losses, budget.beta)
+    # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
+    costs = np.array([solutions[k].mechanism.max_diag() for k in keys]) if keys else np.zeros(0)
+    alloc = allocate(losses, budget.beta, costs)
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
     phases["allocate"] = time.perf_counter() - t0
@@ -221,8 +223,10 @@ def load_plan(path) -> Plan:
         keys = [k.decode() if isinstance(k, bytes) else str(k) for k in v["key"][()]]
         sigma2 = v["sigma2"][()]
         losses = v["loss"][()]
-        alloc = Allocation(sigma2, float(np.sqrt(losses).sum() ** 2 / budget.beta), budget.beta)
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
+        finite = np.isfinite(sigma2)
+        costs = np.array([solutions[k].mechanism.max_diag() for k in keys])
+        alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
             v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
