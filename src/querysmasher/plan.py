@@ -83,6 +83,12 @@ class Plan(PredictedError):
         return out
 
 
+def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarray:
+    """Each view's privacy cost at sigma^2 = 1: its mechanism's max diagonal, computed once per key."""
+    per_key = {k: solutions[k].mechanism.max_diag() for k in set(keys)}
+    return np.array([per_key[k] for k in keys], dtype=float)
+
+
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
     """Solve each distinct (unit-trace) subproblem once."""
     return {key: solver.solve(g, store) for key, g in distinct.items()}
@@ -103,7 +109,7 @@ def assemble_plan(
     losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
     lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
     # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
-    costs = np.array([solutions[k].mechanism.max_diag() for k in keys]) if keys else np.zeros(0)
+    costs = _view_costs(keys, solutions)
     alloc = allocate(losses, budget.beta, costs)
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
@@ -225,7 +231,7 @@ def load_plan(path) -> Plan:
         losses = v["loss"][()]
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
         finite = np.isfinite(sigma2)
-        costs = np.array([solutions[k].mechanism.max_diag() for k in keys])
+        costs = _view_costs(keys, solutions)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
