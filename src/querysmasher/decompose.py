@@ -7,7 +7,9 @@ its weighted Gram G_A' = sum_q w_q q_{=>A'}^T q_{=>A'}.
 
 G_A' is kept as a sum of terms, each ``coef * (F_1 ⊗ ... ⊗ F_k)`` (one factor per attribute of A') or
 ``coef * D`` (a dense matrix over the cells of A'); every matrix is stored once, normalised to unit
-trace, in a :class:`MatrixStore`. For a product family an attribute of A \\ A' collapses to the
+trace, in a :class:`MatrixStore`. A dense term whose subqueries are fewer than the view's cells is
+stored as its subquery matrix F (D = F^T F, see :func:`term_gram` / :func:`term_factor`), so views of
+tens of thousands of cells never hold a c x c matrix. For a product family an attribute of A \\ A' collapses to the
 scalar 1^T G_i 1 / n_i^2 (the sum over its rows of mean(row)^2), so query rows are never formed.
 
 >>> from querysmasher.schema import parse_schema
@@ -28,12 +30,35 @@ from functools import cached_property
 import numpy as np
 
 from .families import gram_1d, pair_query_matrix, random_query_matrix
-from .linalg import MatrixStore, centering, content_hash, kron_dense, project_gram
+from .linalg import MatrixStore, centering, content_hash, kron_dense
 from .workload import Workload, WorkloadView
 
-__all__ = ["GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix"]
+__all__ = [
+    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix",
+    "term_gram", "term_factor", "is_factor",
+]
 
 COEF_DIGITS = 12  # significant digits of normalised coefficients in canonical keys
+
+
+def is_factor(m: np.ndarray) -> bool:
+    """A stored dense-term matrix with fewer rows than columns is a factor F of D = F^T F."""
+    return m.shape[0] < m.shape[1]
+
+
+def term_gram(m: np.ndarray) -> np.ndarray:
+    """The c x c matrix D of a stored dense term (small views only)."""
+    return m.T @ m if is_factor(m) else m
+
+
+def term_factor(m: np.ndarray) -> np.ndarray:
+    """A factor F (rows x c) with D = F^T F of a stored dense term: itself, or from an
+    eigendecomposition of a stored Gram (eigenvalues at rounding level dropped)."""
+    if is_factor(m):
+        return m
+    e, v = np.linalg.eigh((m + m.T) / 2)
+    keep = e > max(m.shape[0], 32) * np.finfo(float).eps * max(float(e.max(initial=0.0)), 0.0)
+    return (v[:, keep] * np.sqrt(e[keep])).T
 
 
 @dataclass(frozen=True)
@@ -70,7 +95,7 @@ class SubworkloadGram:
         """The explicit c x c Gram (only for views small enough to hold)."""
         g = np.zeros((self.cells, self.cells))
         for t in self.terms:
-            g += t.coef * (store[t.factors[0]] if t.dense else kron_dense([store[f] for f in t.factors]))
+            g += t.coef * (term_gram(store[t.factors[0]]) if t.dense else kron_dense([store[f] for f in t.factors]))
         return g
 
     def canonical(self, store: MatrixStore) -> tuple[str, float]:
@@ -189,12 +214,17 @@ def decompose(workload: Workload) -> Decomposition:
         ck = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
         if ck not in dense_cache:
             q = view_query_matrix(workload, v)
-            g = q.T @ q
-            tol = 1e-12 * max(1.0, float(np.abs(g).max(initial=0.0)))
+            # max |q^T q| is its largest diagonal entry (PSD): no c x c Gram is needed for the tolerance
+            tol = 1e-12 * max(1.0, float(np.einsum("ij,ij->j", q, q).max(initial=0.0)))
             parts = []
             for keep in itertools.product((False, True), repeat=k):
-                p = project_gram(g, sizes, keep)
-                key, scale = store.intern(p, zero_tol=tol) if sum(keep) else (None, float(p[0, 0]))
+                f = subquery_matrix(q, sizes, keep)  # the projected Gram is f^T f (project_gram of q^T q)
+                if not sum(keep):
+                    key, scale = None, float(np.sum(f * f))
+                elif f.shape[0] < f.shape[1]:
+                    key, scale = store.intern_factor(f, zero_tol=tol)
+                else:
+                    key, scale = store.intern(f.T @ f, zero_tol=tol)
                 parts.append((keep, key, scale))
             dense_cache[ck] = parts
         for keep, key, scale in dense_cache[ck]:

@@ -137,6 +137,25 @@ class MatrixStore:
             self._mats[key] = normed
         return key, scale
 
+    def intern_factor(self, f: np.ndarray, *, zero_tol: float = 1e-12) -> tuple[str | None, float]:
+        """As :meth:`intern` for the Gram F^T F of a wide F (rows < columns), storing F itself,
+        normalised to unit Frobenius norm (unit trace of F^T F), so that no c x c matrix is formed.
+        A stored matrix with fewer rows than columns is such a factor; a square one is a Gram."""
+        f = np.asarray(f, dtype=float)
+        if f.shape[0] >= f.shape[1]:
+            raise ValueError(f"a Gram factor must have fewer rows than columns, got {f.shape}")
+        scale = float(np.sum(f * f))
+        col_max = float(np.einsum("ij,ij->j", f, f).max(initial=0.0))
+        if scale <= zero_tol * max(1.0, col_max) * f.shape[1]:
+            return None, 0.0
+        normed = f / np.sqrt(scale)
+        rounded = np.round(normed, self.DECIMALS) + 0.0
+        key = content_hash("factor", str(f.shape), rounded.tobytes())
+        if key not in self._mats:
+            normed.setflags(write=False)
+            self._mats[key] = normed
+        return key, scale
+
     def __getitem__(self, key: str) -> np.ndarray:
         return self._mats[key]
 

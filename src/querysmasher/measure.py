@@ -8,7 +8,8 @@ allocation) the release is
 whose privacy Gram is X / sigma^2, so the plan's allocation bounds the total privacy cost by beta.
 X^(1/2) is applied implicitly: factor by factor (mode products) for Kronecker mechanisms, by FFT for
 Fourier ones, and by one symmetric square root for dense ones; x_A' is the view's marginal counted
-from the records, never the full domain vector.
+from the records, never the full domain vector. A low-rank mechanism X = V diag(s) V^T releases
+y_A' = diag(s)^(1/2) V^T x_A' + N(0, sigma^2 I): r values, with the same privacy Gram X / sigma^2.
 
 Noise comes from a generator seeded from the operating system's entropy unless a seed is given
 (experiments only; a seeded release is marked as such). The measurement file holds the noisy
@@ -50,6 +51,10 @@ class _Roots:
         if mech.kind in ("kron", "dense"):
             self.sqrt = [_sym_power(m, 0.5) for m in mech.mats]
             self.pinv_sqrt = [_sym_power(m, -0.5) for m in mech.mats]
+        elif mech.kind == "lowrank":
+            v, s = mech.mats
+            nz = s > 0
+            self.v, self.root_s = v[:, nz], np.sqrt(s[nz])
         else:
             w = mech.mats[0]
             self.sqrt_w = np.sqrt(w)
@@ -62,6 +67,9 @@ class _Roots:
             return kron_apply(mats, x, m.sizes) if mats else x.copy()
         if m.kind == "dense":
             return (self.pinv_sqrt if inverse else self.sqrt)[0] @ x
+        if m.kind == "lowrank":  # B = diag(s)^(1/2) V^T (r x c) and its pseudo-inverse V diag(s)^(-1/2)
+            scale = self.root_s.reshape((-1,) + (1,) * (x.ndim - 1))
+            return self.v @ (x / scale) if inverse else scale * (self.v.T @ x)
         # X = F^H diag(w) F with F the unnormalised DFT: X^(1/2) x = sqrt(c) IFFT(sqrt(w) FFT(x)).
         c = m.cells
         batch = x.shape[1:]
@@ -79,12 +87,13 @@ def _roots(mech: ViewMechanism) -> _Roots:
 
 
 def sqrt_apply(mech: ViewMechanism, x: np.ndarray) -> np.ndarray:
-    """X^(1/2) x (x: cells, or cells x batch)."""
+    """B x for the measured operator B with B^T B = X: X^(1/2) x, or diag(s)^(1/2) V^T x (r rows) for
+    a lowrank mechanism (x: cells, or cells x batch)."""
     return _roots(mech).apply(x, inverse=False)
 
 
 def pinv_sqrt_apply(mech: ViewMechanism, y: np.ndarray) -> np.ndarray:
-    """(X^+)^(1/2) y: the least-squares estimate of the view's vector from y = X^(1/2) x + noise."""
+    """B^+ y: the least-squares estimate of the view's vector from y = B x + noise (cells rows)."""
     return _roots(mech).apply(y, inverse=True)
 
 
@@ -179,7 +188,7 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
     from .io import atomic_h5, put, put_json
 
     idx = measured_views(plan)
-    lengths = np.array([math.prod(plan.schema.sizes[a] for a in plan.views[i]) for i in idx], dtype=np.int64)
+    lengths = np.array([plan.solutions[plan.keys[i]].mechanism.outputs for i in idx], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256

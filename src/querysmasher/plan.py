@@ -199,7 +199,7 @@ def read_solution(g) -> ViewSolution:
 
     sizes = tuple(int(x) for x in g["sizes"][()])
     kind = str(g.attrs["kind"])
-    count = len(sizes) if kind == "kron" else 1
+    count = ViewMechanism.array_count(kind, sizes)
     mats = tuple(np.asarray(g[f"m{i}"][()]) for i in range(count))
     return ViewSolution(
         ViewMechanism(kind, sizes, mats), float(g.attrs["loss"]), float(g.attrs["lower_bound"]),

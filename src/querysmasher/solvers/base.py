@@ -10,7 +10,15 @@ Three representations keep large views implicit:
 * ``kron``: X = X_1 ⊗ ... ⊗ X_k, one small matrix per attribute (RP, WFF and QS on one-term Grams);
 * ``dense``: one c x c matrix (QS on several-term Grams);
 * ``fourier``: X = F^H diag(w) F, with F the unnormalised multi-dimensional DFT and w a table over
-  frequencies (WFF on several-term Grams).
+  frequencies (WFF on several-term Grams);
+* ``lowrank``: X = V diag(s) V^T with V (c x r) orthonormal columns and s > 0 (QS on several-term
+  Grams of rank r < c): it is measured as diag(s)^½ V^T x, r noisy values instead of c, and never
+  needs a c x c matrix.
+
+>>> v = np.array([[0.6], [0.8]])  # X = 2 v v^T, rank 1 over 2 cells
+>>> m = ViewMechanism("lowrank", (2,), (v, np.array([2.0])))
+>>> round(m.max_diag(), 12), m.outputs, m.dense_x().round(12).tolist()
+(1.28, 1, [[0.72, 0.96], [0.96, 1.28]])
 """
 
 from __future__ import annotations
@@ -38,19 +46,45 @@ def pinv_psd(x: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
 class ViewMechanism:
     """A mechanism over one residual view, at privacy cost <= 1."""
 
-    kind: Literal["kron", "dense", "fourier"]
+    kind: Literal["kron", "dense", "fourier", "lowrank"]
     sizes: tuple[int, ...]
     mats: tuple[np.ndarray, ...]
 
     def __post_init__(self) -> None:
-        if self.kind == "kron" and len(self.mats) != len(self.sizes):
-            raise ValueError("a kron mechanism needs one factor per attribute")
-        if self.kind in ("dense", "fourier") and len(self.mats) != 1:
-            raise ValueError(f"a {self.kind} mechanism holds one array")
+        if self.kind not in ("kron", "dense", "fourier", "lowrank"):
+            raise ValueError(f"unknown mechanism kind {self.kind!r}")
+        if len(self.mats) != self.array_count(self.kind, self.sizes):
+            raise ValueError(f"a {self.kind} mechanism over {len(self.sizes)} attributes holds {self.array_count(self.kind, self.sizes)} arrays")
+        if self.kind == "lowrank":
+            v, s = self.mats
+            if v.ndim != 2 or v.shape[0] != self.cells or s.shape != (v.shape[1],) or np.any(s < 0):
+                raise ValueError("a lowrank mechanism holds V (cells x r) and s (r non-negative values)")
+
+    @staticmethod
+    def array_count(kind: str, sizes: tuple[int, ...]) -> int:
+        """How many arrays a mechanism of this kind holds (plan files store them as m0, m1, ...)."""
+        return len(sizes) if kind == "kron" else 2 if kind == "lowrank" else 1
 
     @property
     def cells(self) -> int:
         return math.prod(self.sizes)
+
+    @property
+    def outputs(self) -> int:
+        """Noisy values one measurement of the view releases: r for lowrank, the cells otherwise."""
+        return int(self.mats[1].shape[0]) if self.kind == "lowrank" else self.cells
+
+    def pinv_factor(self) -> np.ndarray:
+        """E (c x r) with X^+ = E E^T, for dense and lowrank mechanisms (per-query variances)."""
+        if self.kind == "lowrank":
+            v, s = self.mats
+            nz = s > 0
+            return v[:, nz] / np.sqrt(s[nz])
+        if self.kind == "dense":
+            w, v = np.linalg.eigh((self.mats[0] + self.mats[0].T) / 2)
+            keep = w > 1e-10 * max(float(w.max(initial=0.0)), 1e-300)
+            return v[:, keep] / np.sqrt(w[keep])
+        raise ValueError(f"pinv_factor is for dense and lowrank mechanisms, not {self.kind}")
 
     def max_diag(self) -> float:
         """Privacy cost of the mechanism: the largest diagonal entry of X."""
@@ -58,6 +92,9 @@ class ViewMechanism:
             return math.prod(float(np.diag(m).max()) for m in self.mats) if self.mats else 1.0
         if self.kind == "dense":
             return float(np.diag(self.mats[0]).max())
+        if self.kind == "lowrank":
+            v, s = self.mats
+            return float(np.einsum("ij,j,ij->i", v, s, v).max(initial=0.0))
         return float(self.mats[0].sum())  # |F[f, x]| = 1: every diagonal entry is sum(w)
 
     def dense_x(self) -> np.ndarray:
@@ -66,6 +103,9 @@ class ViewMechanism:
             return kron_dense(self.mats)
         if self.kind == "dense":
             return self.mats[0]
+        if self.kind == "lowrank":
+            v, s = self.mats
+            return (v * s) @ v.T
         f = _dft_matrix(self.sizes)
         return np.real(f.conj().T @ (self.mats[0].ravel()[:, None] * f))
 

@@ -26,11 +26,11 @@ import math
 
 import numpy as np
 
-from ..decompose import SubworkloadGram
+from ..decompose import SubworkloadGram, is_factor
 from ..linalg import MatrixStore, centering
 from .base import ViewMechanism, ViewSolution
 
-__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "wff_weights_1d"]
+__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d"]
 
 
 class RPSolver:
@@ -53,6 +53,12 @@ def fourier_diag(g: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     c = math.prod(sizes)
     flat = t.reshape(c, c)
     return np.real(np.diagonal(flat)).reshape(sizes).copy()
+
+
+def fourier_diag_factor(f: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """diag(F (f^T f) F^H) for a factor f (rows x cells): the sum over rows of |FFT(row)|^2."""
+    t = f.reshape((f.shape[0],) + tuple(sizes))
+    return (np.abs(np.fft.fftn(t, axes=tuple(range(1, len(sizes) + 1)))) ** 2).sum(axis=0)
 
 
 def wff_weights_1d(g: np.ndarray) -> tuple[np.ndarray, float]:
@@ -91,7 +97,8 @@ class WFFSolver:
         a = np.zeros(sizes)
         for t in gram.terms:
             if t.dense:
-                a += t.coef * fourier_diag(store[t.factors[0]], sizes)
+                m = store[t.factors[0]]
+                a += t.coef * (fourier_diag_factor(m, sizes) if is_factor(m) else fourier_diag(m, sizes))
             else:
                 tab = np.ones(())
                 for f, n in zip(t.factors, sizes):

@@ -7,10 +7,17 @@ For each distinct subproblem:
   product of the factor lower bounds certifies it (the dual of a Kronecker problem contains the
   Kronecker product of the factor duals). Marginal, prefix, range, circular and hybrid workloads of
   any schema therefore need only 1-D solves, each done once per distinct factor.
-* a Gram with several terms over at most ``max_dense_cells`` cells is solved densely
-  (:func:`querysmasher.solvers.sdp.solve_dense`, certified to ``target_gap``).
-* a larger several-term Gram falls back to the better of the closed-form solvers, with a warning;
-  the solution's ``note`` records the reason, and no certificate is claimed.
+* a Gram with several terms is solved by the certified solver (certified to ``target_gap``), in the
+  form its rank allows: when a factor G = F^T F with r < c / 2 rows is at hand (dense terms are
+  stored as subquery matrices, Kronecker terms factor per attribute),
+  :func:`querysmasher.solvers.sdp.solve_factored` works in O(r c) memory and returns a ``lowrank``
+  mechanism; otherwise :func:`querysmasher.solvers.sdp.solve_dense` works on the c x c Gram and
+  returns a ``dense`` one.
+* only when the estimated memory of that solve exceeds ``memory_budget_mb`` (default a quarter of
+  the machine's memory), or the view has more than ``max_dense_cells`` cells (no limit unless
+  given), the view falls back to the better of the closed-form solvers, with a warning; the
+  solution's ``note`` records the reason, and no certificate is claimed. The fallback never forms a
+  c x c matrix.
 
 Every candidate is compared with ``wff`` and ``rp`` (per factor for Kronecker Grams) and the lowest
 loss is kept, so qs <= wff and qs <= rp hold by construction.
@@ -18,21 +25,32 @@ loss is kept, so qs <= wff and qs <= rp hold by construction.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import time
 import warnings
 
 import numpy as np
 
-from ..decompose import SubworkloadGram
+from ..decompose import SubworkloadGram, term_factor
 from ..linalg import MatrixStore, centering
 from .base import ViewMechanism, ViewSolution
 from .closed_form import RPSolver, WFFSolver, _circulant_from_weights, wff_weights_1d
-from .sdp import DenseSolveResult, solve_dense
+from .sdp import solve_dense, solve_factored
 
-__all__ = ["QSSolver", "DEFAULT_MAX_DENSE_CELLS", "DEFAULT_TARGET_GAP"]
+__all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
 
-DEFAULT_MAX_DENSE_CELLS = 2500
+logger = logging.getLogger(__name__)
+
 DEFAULT_TARGET_GAP = 1e-4
+DEFAULT_MEMORY_FRACTION = 0.25  # default memory budget of one view's solve: this share of the machine
+# Peak bytes of a solve per matrix entry it holds, measured with bench/bench_sdp.py (ru_maxrss):
+# the factored solver keeps ~8 r x c arrays (F, W, A's eigenvectors applied to W, products), the
+# dense one ~6 c x c arrays (G, its eigenvectors, X, the Hessian and its Cholesky factor).
+FACTORED_ARRAYS = 10
+DENSE_ARRAYS = 6
+LOWRANK_MAX_FRACTION = 0.5  # the factored solver is used when rank(G) <= this fraction of the cells
 # 1-D factors are cheap and their gaps compound in a Kronecker product (a k-way view's relative gap
 # is about the sum of its factors'), so factors are certified much tighter than the view target.
 FACTOR_TARGET_GAP = 1e-8
@@ -43,9 +61,22 @@ class QSSolver:
 
     name = "qs"
 
-    def __init__(self, target_gap: float = DEFAULT_TARGET_GAP, max_dense_cells: int = DEFAULT_MAX_DENSE_CELLS):
+    def __init__(
+        self,
+        target_gap: float = DEFAULT_TARGET_GAP,
+        max_dense_cells: int | None = None,
+        memory_budget_mb: float | None = None,
+        lowrank: str = "auto",
+    ):
+        """``lowrank``: "auto" (factored solve when rank <= c/2), "always" or "never" (tests, benchmarks)."""
+        if lowrank not in ("auto", "always", "never"):
+            raise ValueError(f"lowrank must be auto, always or never, not {lowrank!r}")
         self.target_gap = float(target_gap)
-        self.max_dense_cells = int(max_dense_cells)
+        self.max_dense_cells = None if max_dense_cells is None else int(max_dense_cells)
+        if memory_budget_mb is None:
+            memory_budget_mb = DEFAULT_MEMORY_FRACTION * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        self.memory_budget_mb = float(memory_budget_mb)
+        self.lowrank = lowrank
         self._factors: dict[str, tuple[np.ndarray, float, float, str]] = {}
 
     def _solve_factor(self, key: str, store: MatrixStore) -> tuple[np.ndarray, float, float, str]:
@@ -74,20 +105,66 @@ class QSSolver:
             low = t.coef * math.prod(p[2] for p in parts)
             mech = ViewMechanism("kron", gram.sizes, tuple(p[0] for p in parts))
             return ViewSolution(mech, loss, low, self.name, gap=_gap(loss, low))
+        t0 = time.perf_counter()
         closed = [WFFSolver().solve(gram, store), RPSolver().solve(gram, store)]
-        if gram.cells <= self.max_dense_cells:
-            r: DenseSolveResult = solve_dense(gram.dense(store), target_gap=self.target_gap)
-            best = min([ViewSolution(ViewMechanism("dense", gram.sizes, (r.X,)), r.loss, 0.0, self.name), *closed], key=lambda s: s.loss)
-            low = min(r.lower_bound, best.loss)
-            note = "" if r.converged else f"dense solve stopped at gap {r.gap:.2e} (target {self.target_gap:.0e})"
-            return ViewSolution(best.mechanism, best.loss, low, best.solver if best.solver == self.name else f"qs/{best.solver}", note, _gap(best.loss, low))
-        best = min(closed, key=lambda s: s.loss)
-        note = (
-            f"view {gram.attrs} has {gram.cells} cells and {len(gram.terms)} Gram terms, above max_dense_cells="
-            f"{self.max_dense_cells}: fell back to {best.solver} (not certified)"
+        rows = _factor_rows(gram, store)
+        factored = self.lowrank == "always" or (self.lowrank == "auto" and rows <= LOWRANK_MAX_FRACTION * gram.cells)
+        need_mb = solve_memory_mb(gram.cells, rows, factored)
+        too_big = self.max_dense_cells is not None and gram.cells > self.max_dense_cells
+        if too_big or need_mb > self.memory_budget_mb:
+            best = min(closed, key=lambda s: s.loss)
+            limit = f"max_dense_cells={self.max_dense_cells}" if too_big else f"the memory budget ({need_mb:.0f} MB needed, {self.memory_budget_mb:.0f} MB allowed)"
+            note = f"view {gram.attrs} has {gram.cells} cells and {len(gram.terms)} Gram terms, above {limit}: fell back to {best.solver} (not certified)"
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            logger.info("view %s: %d cells, fell back to %s (not certified), %.2f s", gram.attrs, gram.cells, best.solver, time.perf_counter() - t0)
+            return ViewSolution(best.mechanism, best.loss, 0.0, f"qs/{best.solver}", note)
+        if factored:
+            r = solve_factored(_gram_factor(gram, store), target_gap=self.target_gap)
+            mech = ViewMechanism("lowrank", gram.sizes, (r.V, r.s))
+        else:
+            r = solve_dense(gram.dense(store), target_gap=self.target_gap)
+            mech = ViewMechanism("dense", gram.sizes, (r.X,))
+        best = min([ViewSolution(mech, r.loss, 0.0, self.name), *closed], key=lambda s: s.loss)
+        low = min(r.lower_bound, best.loss)
+        note = "" if r.converged else f"{mech.kind} solve stopped at gap {r.gap:.2e} (target {self.target_gap:.0e})"
+        logger.info(
+            "view %s: %d cells, %s solve, gap %.2e, %.2f s", gram.attrs, gram.cells, mech.kind, _gap(best.loss, low), time.perf_counter() - t0
         )
-        warnings.warn(note, RuntimeWarning, stacklevel=2)
-        return ViewSolution(best.mechanism, best.loss, 0.0, f"qs/{best.solver}", note)
+        return ViewSolution(best.mechanism, best.loss, low, best.solver if best.solver == self.name else f"qs/{best.solver}", note, _gap(best.loss, low))
+
+
+def solve_memory_mb(cells: int, rows: int, factored: bool) -> float:
+    """Estimated peak memory (MB) of the certified solve of one view: O(r c) factored, O(c^2) dense."""
+    if factored:
+        return FACTORED_ARRAYS * 8.0 * min(rows, cells) * cells / 2**20
+    return DENSE_ARRAYS * 8.0 * cells * cells / 2**20
+
+
+def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:
+    """Rows of the factor :func:`_gram_factor` would build (an upper bound on rank G), without building it."""
+    total = 0
+    for t in gram.terms:
+        if t.dense:
+            m = store[t.factors[0]]
+            total += min(m.shape)
+        else:
+            total += math.prod(int(np.linalg.matrix_rank(store[f], hermitian=True)) for f in t.factors)
+    return total
+
+
+def _gram_factor(gram: SubworkloadGram, store: MatrixStore) -> np.ndarray:
+    """F with G = F^T F: the stacked factors of the terms, sqrt(coef) times (a subquery matrix, or the
+    Kronecker product of per-attribute eigenfactors)."""
+    from ..linalg import kron_dense
+
+    blocks = []
+    for t in gram.terms:
+        if t.dense:
+            f = term_factor(store[t.factors[0]])
+        else:
+            f = kron_dense([term_factor(store[k]) for k in t.factors])
+        blocks.append(math.sqrt(t.coef) * f)
+    return np.vstack(blocks)
 
 
 def _gap(loss: float, low: float) -> float:

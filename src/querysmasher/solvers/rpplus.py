@@ -49,10 +49,10 @@ from typing import Literal
 
 import numpy as np
 
-from ..decompose import Decomposition, SubworkloadGram
+from ..decompose import Decomposition, SubworkloadGram, is_factor
 from ..errors import InputError
 from ..families import gram_1d
-from ..linalg import MatrixStore, centering
+from ..linalg import MatrixStore, centering, kron_apply
 from .base import ViewMechanism, ViewSolution, pinv_psd
 from .sdp import solve_dense
 
@@ -79,7 +79,10 @@ def _sub_factor(n: int) -> np.ndarray:
 
 
 def _dense_term_trace(dense: np.ndarray, pinvs: list[np.ndarray], sizes: tuple[int, ...]) -> float:
-    """tr(D (P_1 ⊗ ... ⊗ P_k)) for symmetric P_i, by contracting one row/column axis pair at a time."""
+    """tr(D (P_1 ⊗ ... ⊗ P_k)) for symmetric P_i, by contracting one row/column axis pair at a time
+    (D stored as a factor F: sum over F's rows f of f^T (⊗ P_i) f, by mode products)."""
+    if is_factor(dense):
+        return float(np.sum(dense.T * kron_apply(pinvs, dense.T, sizes)))
     t = dense.reshape(tuple(sizes) * 2)
     for p in pinvs:
         t = np.tensordot(t, p, axes=([0, t.ndim // 2], [0, 1]))

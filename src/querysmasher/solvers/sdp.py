@@ -117,6 +117,10 @@ _SYM_RTOL = 1e-8  # |G - G^T| allowed, relative to max |G|: Grams assembled in f
 _PSD_RTOL = 1e-8  # most negative eigenvalue allowed, relative to the largest |eigenvalue|
 _RANGE_RTOL = 1e-8  # ||(I - X X^+) G^½||_F / ||G^½||_F accepted as "range(X) contains range(G)"
 _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only below this
+# BLAS threads of a solve: its products are r x r x c with small r or small c x c; measured 0.05 s
+# (1 thread) against 0.54 s (2 threads) per phase-1 step at r = 197, c = 10,000 on this 2-core
+# machine shared with other processes (OpenBLAS threads spin while waiting for a core)
+_BLAS_THREADS = 1
 _CG_PRODUCTS_EXPECTED = 60  # Hessian products of a typical matrix-free Newton step (for costing)
 _CG_MAX_PRODUCTS = 300  # conjugate-gradient products per Newton system, at most
 _CG_RTOL = 1e-3  # relative residual of the inexact Newton steps (the line search keeps them safe)
@@ -183,11 +187,14 @@ class _Prepared:
 
 
 def _prepare_factor(F: np.ndarray) -> _Prepared:
-    """As :func:`_prepare` for G = F^T F given F (m x c, m <= c): an m x m eigendecomposition, no c x c."""
+    """As :func:`_prepare` for G = F^T F given F (m x c): for m <= c an m x m eigendecomposition and no
+    c x c matrix."""
     f = np.array(F, dtype=float)
     if f.ndim != 2 or not np.all(np.isfinite(f)):
         raise ValueError(f"F must be a finite matrix, got shape {f.shape}")
     c = f.shape[1]
+    if f.shape[0] > c:  # more rows than cells: the c x c Gram is the smaller object
+        return _prepare(f.T @ f)
     diag = np.einsum("ij,ij->j", f, f)
     scale = float(diag.max(initial=0.0))
     if scale <= 0:
@@ -619,6 +626,13 @@ def solve_dense(
     >>> r.converged, round(r.loss, 6), bool(r.X.diagonal().max() <= 1)
     (True, 3.732051, True)
     """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=_BLAS_THREADS, user_api="blas"):
+        return _solve_dense(G, target_gap, max_iterations, time_limit)
+
+
+def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_limit: float | None) -> DenseSolveResult:
     t0 = time.perf_counter()
     prep = _prepare(G)
     c = prep.c
@@ -683,13 +697,11 @@ def solve_factored(
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=_BLAS_THREADS, user_api="blas"):
         return _solve_factored(F, target_gap, max_iterations, time_limit)
 
 
 def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_limit: float | None) -> FactoredSolveResult:
-    # one BLAS thread: the products are r x r x c with small r; measured 0.05 s (1 thread) against
-    # 0.54 s (2 threads) per phase-1 step at r = 197, c = 10,000 on a shared 2-core machine
     t0 = time.perf_counter()
     prep = _prepare_factor(F)
     c = prep.c
