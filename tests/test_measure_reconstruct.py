@@ -21,7 +21,9 @@ from querysmasher.reconstruct import query_variances, reconstruct, view_variance
 from querysmasher.schema import parse_schema
 
 DRAWS = 2000
-METHODS = ["rp", "wff", "qs", "rpplus"]
+METHODS = ["rp", "wff", "qs", "rpplus", "qs-lowrank"]
+# "qs-lowrank": qs with every several-term view in factored form (lowrank mechanisms, r noisy values)
+OPTIONS = {"qs-lowrank": ("qs", {"lowrank": "always"})}
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,10 @@ def _truth(schema, records, workload, v):
 @pytest.mark.parametrize("spec", ["prefix:1,2", "range:1+affine:2", "marginal:2+abs:2@2", "random:2"])
 def test_monte_carlo_unbiased_with_predicted_variance(small, method, spec):
     schema, records = small
-    plan = make_plan(schema, spec, method, Budget.from_rho(0.5))
+    name, options = OPTIONS.get(method, (method, None))
+    plan = make_plan(schema, spec, name, Budget.from_rho(0.5), solver_options=options)
+    if method == "qs-lowrank" and "affine" in spec:
+        assert any(s.mechanism.kind == "lowrank" for s in plan.solutions.values())
     rec = reconstruct(plan, measure(plan, records, np.random.default_rng(5), draws=DRAWS))
     sq_err, pred, weights = [], [], []
     for v in plan.workload.views:

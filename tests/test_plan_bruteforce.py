@@ -18,11 +18,18 @@ def schema(tmp_path_factory):
     return parse_schema(str(p))
 
 
+# "qs-lowrank": qs with every several-term view solved in factored form (lowrank mechanisms)
+METHODS = {"rp": ("rp", None), "wff": ("wff", None), "qs": ("qs", None), "rpplus": ("rpplus", None), "qs-lowrank": ("qs", {"lowrank": "always"})}
+
+
 @pytest.mark.parametrize("spec", SPECS)
-@pytest.mark.parametrize("method", ["rp", "wff", "qs", "rpplus"])
+@pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3), Budget.from_mu(2.0), Budget.from_epsilon_delta(1.0, 1e-6)])
 def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, method, budget):
-    plan = make_plan(schema, spec, method, budget)
+    name, options = METHODS[method]
+    plan = make_plan(schema, spec, name, budget, solver_options=options)
+    if method == "qs-lowrank" and spec in ("range:1+affine:2", "abs:2+circular:1@2"):
+        assert any(s.mechanism.kind == "lowrank" for s in plan.solutions.values())
     x = full_privacy_gram(plan)
     assert np.diag(x).max() <= budget.beta * (1 + 1e-9)
     w, weights = full_workload(plan.workload)
@@ -53,3 +60,16 @@ def test_plan_files_are_byte_identical(tmp_path, schema):
     save_plan(plan, tmp_path / "a.h5")
     save_plan(plan, tmp_path / "b.h5")
     assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
+
+
+def test_lowrank_plan_file_round_trip(tmp_path, schema):
+    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+    save_plan(plan, tmp_path / "p.h5")
+    back = load_plan(tmp_path / "p.h5")
+    kinds = {k: s.mechanism.kind for k, s in back.solutions.items()}
+    assert "lowrank" in kinds.values()
+    for k, s in plan.solutions.items():
+        assert kinds[k] == s.mechanism.kind
+        for a, b in zip(back.solutions[k].mechanism.mats, s.mechanism.mats):
+            assert np.array_equal(a, b)
+    assert back.rmse == pytest.approx(plan.rmse, rel=1e-14)

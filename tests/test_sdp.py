@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from querysmasher.solvers.reference import solve_reference
-from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, loss_of, solve_dense
+from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, dual_bound_factored, loss_of, solve_dense, solve_factored
 
 # ----------------------------------------------------------------------------- Grams
 
@@ -291,3 +291,86 @@ def test_twoway_abs10_matches_oracle_slow():
 def test_twoway_affine20_certified():
     r = solve_checked(twoway_gram(20, "affine"))
     assert r.converged and r.seconds < 120
+
+
+# ----------------------------------------------------------------------------- the factored solver
+
+
+def twoway_factor(n: int, kind: str) -> np.ndarray:
+    """The centred query rows of :func:`twoway_gram` (G = F^T F)."""
+    a1, a2 = np.divmod(np.arange(n * n), n)
+    if kind == "abs":
+        q = np.array([np.abs(a1 - a2) <= c for c in range(n)], dtype=float)
+    else:
+        q = np.array([a1 + a2 <= c for c in range(2 * n - 1)], dtype=float)
+    return q @ np.kron(centring(n), centring(n))
+
+
+def check_factored(F: np.ndarray, r, target_gap: float) -> None:
+    """What a factored result promises, recomputed from the explicit G and X (small views)."""
+    G = F.T @ F
+    c = G.shape[0]
+    assert r.V.shape[0] == c and r.s.shape == (r.V.shape[1],) and r.s.min() > 0
+    assert np.allclose(r.V.T @ r.V, np.eye(r.V.shape[1]), atol=1e-12)  # orthonormal columns
+    X = r.X
+    assert X.diagonal().max() <= 1 + 1e-12 and X.diagonal().max() >= 1 - 1e-12
+    assert r.V.shape[1] == np.linalg.matrix_rank(G, hermitian=True)  # X has G's rank
+    xp = np.linalg.pinv(X, rcond=1e-10, hermitian=True)
+    assert np.abs(G - X @ xp @ G).max() <= 1e-7 * np.abs(G).max()
+    assert r.loss == pytest.approx(float(np.sum(G * xp)), rel=1e-7)
+    assert dual_bound(G, r.dual_weights) == pytest.approx(r.lower_bound, rel=1e-10)
+    assert r.lower_bound <= r.loss * (1 + 1e-12)
+    assert r.converged == (r.gap <= target_gap)
+
+
+@pytest.mark.parametrize(
+    "make, optimum",
+    [
+        (lambda: np.tril(np.ones((10, 10))) @ centring(10), 9.9659437),
+        (lambda: twoway_factor(10, "abs"), 9.9150573),
+        (lambda: twoway_factor(10, "affine"), 14.493637),
+    ],
+    ids=["prefix10", "abs10", "affine10"],
+)
+def test_factored_known_optima(make, optimum):
+    F = make()
+    r = solve_factored(F, target_gap=1e-7)
+    check_factored(F, r, 1e-7)
+    assert r.converged
+    assert r.lower_bound <= optimum * (1 + 1e-7) and r.loss >= optimum * (1 - 1e-7)
+    assert r.loss == pytest.approx(optimum, rel=2e-7)
+    # the same optimum as the dense solver
+    assert r.loss == pytest.approx(solve_dense(F.T @ F, target_gap=1e-7).loss, rel=2e-7)
+
+
+@pytest.mark.parametrize("c, rank, seed", [(60, 5, 0), (200, 20, 1), (300, 150, 2)])
+def test_factored_random_grams_certify(c, rank, seed):
+    rng = np.random.default_rng(seed)
+    F = rng.standard_normal((rank, c)) * rng.uniform(0.2, 3.0, size=c)
+    F[:, :3] = 0.0  # zero cells
+    r = solve_factored(F, target_gap=1e-4)
+    check_factored(F, r, 1e-4)
+    assert r.converged
+    assert r.loss == pytest.approx(solve_dense(F.T @ F, target_gap=1e-6).loss, rel=2e-4)
+
+
+def test_factored_wide_and_zero_inputs():
+    r = solve_factored(np.zeros((2, 5)))
+    assert r.loss == 0.0 and r.V.shape == (5, 0)
+    tall = np.random.default_rng(3).standard_normal((12, 6))  # more rows than cells: full rank
+    check_factored(tall, solve_factored(tall), 1e-4)
+    assert dual_bound_factored(tall, np.full(6, 1 / 6)) == pytest.approx(dual_bound(tall.T @ tall, np.full(6, 1 / 6)), rel=1e-12)
+
+
+def test_matrix_free_newton_matches_the_cholesky_one():
+    """solve_dense with the matrix-free phase 2 forced reaches the same certified optimum."""
+    import querysmasher.solvers.sdp as sdp
+
+    G = twoway_gram(10, "abs")
+    old = sdp._MAX_HESSIAN_FLOPS
+    try:
+        sdp._MAX_HESSIAN_FLOPS = 0.0
+        r = solve_checked(G, target_gap=1e-7)
+    finally:
+        sdp._MAX_HESSIAN_FLOPS = old
+    assert r.converged and r.loss == pytest.approx(9.9150573, rel=2e-7)
