@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the plan (HDF5) here")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
-    p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
+    p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view given the certified solve (default: no limit)")
+    p.add_argument("--memory-budget-mb", type=float, default=None, help="qs: memory one view's certified solve may use, else it falls back (default a quarter of the machine's memory)")
     _add_budget(p)
 
     m = sub.add_parser("measure", help="run the plan's mechanisms on the records (the only step that reads data)")
@@ -99,8 +100,12 @@ def _solver_options(args: argparse.Namespace) -> dict:
         if args.max_dense_cells < 1:
             raise InputError("--max-dense-cells", args.max_dense_cells, "must be >= 1")
         opts["max_dense_cells"] = args.max_dense_cells
+    if args.memory_budget_mb is not None:
+        if not args.memory_budget_mb > 0:
+            raise InputError("--memory-budget-mb", args.memory_budget_mb, "must be > 0")
+        opts["memory_budget_mb"] = args.memory_budget_mb
     if opts and args.method != "qs":
-        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+        raise InputError("--method", args.method, "--target-gap, --max-dense-cells and --memory-budget-mb apply to qs only")
     return opts
 
 

@@ -121,6 +121,7 @@ _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only be
 # (1 thread) against 0.54 s (2 threads) per phase-1 step at r = 197, c = 10,000 on this 2-core
 # machine shared with other processes (OpenBLAS threads spin while waiting for a core)
 _BLAS_THREADS = 1
+_HESSIAN_DTYPE = np.float32
 _CG_PRODUCTS_EXPECTED = 60  # Hessian products of a typical matrix-free Newton step (for costing)
 _CG_MAX_PRODUCTS = 300  # conjugate-gradient products per Newton system, at most
 _CG_RTOL = 1e-3  # relative residual of the inexact Newton steps (the line search keeps them safe)
@@ -226,6 +227,14 @@ def _prepare(G: np.ndarray) -> _Prepared:
 # ----------------------------------------------------------------------------- public helpers
 
 
+def _weighted_gram(W: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """W D_p W^T (upper triangle) for p >= 0 by one symmetric rank-k update: half a general product."""
+    a = W * np.sqrt(p)
+    if a.shape[0] == 0:
+        return np.zeros((0, 0))
+    return sla.blas.dsyrk(1.0, a.T, trans=1, lower=0)  # a.T is Fortran-ordered: read in place
+
+
 def _root_spectrum(k: np.ndarray) -> tuple[np.ndarray, float]:
     """(sqrt(max(k - e, 0)), e) for the computed eigenvalues k of a PSD r x r matrix A = W D_p W^T.
 
@@ -243,7 +252,7 @@ def _dual_s(W: np.ndarray, p: np.ndarray) -> float:
     """s(p) = tr((W D_p W^T)^½)."""
     if W.shape[0] == 0:
         return 0.0
-    return float(_root_spectrum(np.linalg.eigvalsh((W * p) @ W.T))[0].sum())
+    return float(_root_spectrum(np.linalg.eigvalsh(_weighted_gram(W, p), UPLO="U"))[0].sum())
 
 
 def dual_bound(G: np.ndarray, p: np.ndarray) -> float:
@@ -315,7 +324,7 @@ class _DualPoint:
 
 
 def _dual_point(W: np.ndarray, p: np.ndarray) -> _DualPoint:
-    k, u = np.linalg.eigh((W * p) @ W.T)
+    k, u = np.linalg.eigh(_weighted_gram(W, p), UPLO="U")
     sq, floor = _root_spectrum(k)
     # with the floor, g stays finite when A is singular (p too small where range(G) needs it) and
     # the ascent step raises those p_i; such a p yields no upper bound
@@ -362,7 +371,7 @@ class _BarrierPoint:
 
 def _barrier_point(W: np.ndarray, lam: np.ndarray, mu: float) -> _BarrierPoint:
     r, c = W.shape
-    k, u = np.linalg.eigh((W * lam) @ W.T)
+    k, u = np.linalg.eigh(_weighted_gram(W, lam), UPLO="U")
     k = np.maximum(k, 0.0)
     rho = np.sqrt(mu * mu / 4 + k)
     y = mu / 2 + rho
@@ -391,12 +400,14 @@ class _MatrixFreeHessian:
         z2 = b.z * b.z
         self.diag = b.mu + b.lam**2 * np.einsum("ai,ai->i", z2, self.gamma @ z2)
         self.products = 0
+        self.z = b.z.astype(_HESSIAN_DTYPE)
+        self.gamma_t = self.gamma.astype(_HESSIAN_DTYPE)
 
     def apply(self, v: np.ndarray) -> np.ndarray:
-        b = self.b
-        m = (b.z * (b.lam * v)) @ b.z.T
+        b, z = self.b, self.z
+        m = (z * (b.lam * v).astype(_HESSIAN_DTYPE)) @ z.T
         self.products += 1
-        return b.mu * v + b.lam * np.einsum("ai,ai->i", b.z, (self.gamma * m) @ b.z)
+        return b.mu * v + b.lam * np.einsum("ai,ai->i", z, (self.gamma_t * m) @ z).astype(float)
 
     def solve(self, rhs: np.ndarray, rtol: float, maxiter: int) -> np.ndarray:
         """Preconditioned CG from 0 until ||H x - rhs|| <= rtol ||rhs|| or ``maxiter`` products."""
@@ -479,7 +490,7 @@ class _Tracker:
 
 def _middle(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
     """The r x r M of a low-rank candidate X = W^T M W: A(p)^-½ ("dual") or g_mu(A) ("lowbarrier")."""
-    k, u = np.linalg.eigh((W * vec) @ W.T)
+    k, u = np.linalg.eigh(_weighted_gram(W, vec), UPLO="U")
     k = np.maximum(k, 0.0)
     if kind == "dual":
         f = 1.0 / np.sqrt(np.maximum(k, _root_spectrum(k)[1]))
@@ -490,7 +501,7 @@ def _middle(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
 
 def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
     """X(p) = W^T A^-½ W or X(lambda, mu) = mu Λ^-1 + W^T g_mu(A) W, divided by its max diagonal."""
-    k, u = np.linalg.eigh((W * vec) @ W.T)
+    k, u = np.linalg.eigh(_weighted_gram(W, vec), UPLO="U")
     k = np.maximum(k, 0.0)
     z = u.T @ W
     if kind == "dual":
