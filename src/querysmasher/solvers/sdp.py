@@ -121,6 +121,7 @@ _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only be
 # (1 thread) against 0.54 s (2 threads) per phase-1 step at r = 197, c = 10,000 on this 2-core
 # machine shared with other processes (OpenBLAS threads spin while waiting for a core)
 _BLAS_THREADS = 1
+_DENSE_THREADED_CELLS = 1000  # solve_dense on at least this many cells uses BLAS's default threads
 _HESSIAN_DTYPE = np.float32
 _CG_PRODUCTS_EXPECTED = 60  # Hessian products of a typical matrix-free Newton step (for costing)
 _CG_MAX_PRODUCTS = 300  # conjugate-gradient products per Newton system, at most
@@ -602,12 +603,15 @@ def _solve_core(prep: _Prepared, target_gap: float, max_iterations: int, time_li
     step_flops = 4.0 * r * r * n + 10.0 * r**3
     dense_newton = (r * (r + 1) / 2) * float(n) ** 2 + n**3 / 3
     matrix_free_newton = _CG_PRODUCTS_EXPECTED * 4.0 * r * r * n
-    matrix_free = lowrank or dense_newton > min(matrix_free_newton, _MAX_HESSIAN_FLOPS)
+    # a near-full-rank G whose Hessian is too big is left to phase 1 (products cost as much as a
+    # dense Hessian there; such Grams have interior optima, which phase 1 certifies)
+    matrix_free = lowrank or (dense_newton > _MAX_HESSIAN_FLOPS and r <= n / 2)
+    use_newton = lowrank or matrix_free or dense_newton <= _MAX_HESSIAN_FLOPS
     newton_flops = matrix_free_newton if matrix_free else dense_newton
     newton_budget = _NEWTON_STEPS_EXPECTED * (newton_flops + (_POLISH_STEPS + 2) * step_flops) / step_flops
     history = [best.gap()]
     while not done():
-        if _phase1_should_stop(history, target_gap, newton_budget):
+        if use_newton and _phase1_should_stop(history, target_gap, newton_budget):
             break
         pt = _ascent_step(W, pt, best, counts)
         counts["iterations"] += 1
@@ -615,7 +619,7 @@ def _solve_core(prep: _Prepared, target_gap: float, max_iterations: int, time_li
         if counts["iterations"] % 10 == 0:
             logger.debug("phase 1: iteration %d, gap %.3e, %.2f s", counts["iterations"], best.gap(), time.perf_counter() - t0)
     logger.debug("phase 1 done: %d iterations, gap %.3e, %.2f s (cells %d, rank %d)", counts["iterations"], best.gap(), time.perf_counter() - t0, n, r)
-    if not done():
+    if use_newton and not done():
         _barrier_phase(W, pt, best, counts, done, matrix_free=matrix_free, lowrank=lowrank, t0=t0)
     return best, counts
 
@@ -639,7 +643,9 @@ def solve_dense(
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=_BLAS_THREADS, user_api="blas"):
+    # small views single-threaded (see _BLAS_THREADS); large dense ones keep BLAS's own threading
+    threads = _BLAS_THREADS if np.shape(G)[0] < _DENSE_THREADED_CELLS else None
+    with threadpool_limits(limits=threads, user_api="blas"):
         return _solve_dense(G, target_gap, max_iterations, time_limit)
 
 
