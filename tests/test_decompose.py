@@ -99,3 +99,24 @@ def test_scaled_workload_has_same_keys_and_scaled_grams():
         k1, c1 = d1.keys[a]
         k2, c2 = d2.keys[a]
         assert k1 == k2 and c2 == pytest.approx(3 * c1)
+
+
+def test_wide_dense_terms_are_stored_as_subquery_factors():
+    """An affine view on 30 x 40 cells keeps its 69 subqueries, not a 1,200 x 1,200 Gram."""
+    from querysmasher.decompose import is_factor, term_factor, term_gram
+    from querysmasher.schema import parse_schema
+
+    w = parse_workload("affine:2", parse_schema("synthetic:n=30,d=2"))
+    d = decompose(w)
+    g = d.grams[(0, 1)]
+    (t,) = g.terms
+    m = d.store[t.factors[0]]
+    assert is_factor(m) and m.shape == (59, 900)
+    q = view_queries(w, w.views[0])
+    s = subquery_matrix(q, (30, 30), (True, True))
+    assert np.allclose(t.coef * term_gram(m), s.T @ s, atol=1e-9)
+    assert term_factor(m) is m
+    small = d.store[d.grams[(0,)].terms[0].factors[0]]  # 1-D residual: 59 rows > 30 cells, a Gram
+    assert not is_factor(small)
+    f = term_factor(small)
+    assert np.allclose(f.T @ f, small, atol=1e-12)
