@@ -116,6 +116,7 @@ phase 2 to finish and some solves stop with converged=False (with valid bounds, 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,10 +133,21 @@ _SYM_RTOL = 1e-8  # |G - G^T| allowed, relative to max |G|: Grams assembled in f
 _PSD_RTOL = 1e-8  # most negative eigenvalue allowed, relative to the largest |eigenvalue|
 _RANGE_RTOL = 1e-8  # ||(I - X X^+) G^½||_F / ||G^½||_F accepted as "range(X) contains range(G)"
 _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only below this
-# BLAS threads of a solve: its products are r x r x c with small r or small c x c; measured 0.05 s
-# (1 thread) against 0.54 s (2 threads) per phase-1 step at r = 197, c = 10,000 on this 2-core
-# machine shared with other processes (OpenBLAS threads spin while waiting for a core)
+# BLAS threads of a solve: measured 0.05 s (1 thread) against 0.54 s (2 threads) per phase-1 step
+# at r = 197, c = 10,000 on this 2-core machine shared with other processes (OpenBLAS threads spin
+# while waiting for a core), so a solve uses BLAS's threads only when the machine is otherwise idle
 _BLAS_THREADS = 1
+_IDLE_LOAD_PER_CORE = 0.25  # 1-minute load average per core below which the machine counts as idle
+
+
+def _blas_threads() -> int | None:
+    """1 on a busy machine, None (BLAS's default) on an idle one."""
+    try:
+        idle = os.getloadavg()[0] < _IDLE_LOAD_PER_CORE * (os.cpu_count() or 1)
+    except OSError:
+        idle = False
+    return None if idle else _BLAS_THREADS
+
 _DENSE_THREADED_CELLS = 1000  # solve_dense on at least this many cells uses BLAS's default threads
 _HESSIAN_DTYPE = np.float32
 _CG_PRODUCTS_EXPECTED = 60  # Hessian products of a typical matrix-free Newton step (for costing)
@@ -729,7 +741,7 @@ def solve_factored(
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=_BLAS_THREADS, user_api="blas"):
+    with threadpool_limits(limits=_blas_threads(), user_api="blas"):
         return _solve_factored(F, target_gap, max_iterations, time_limit)
 
 
