@@ -125,3 +125,21 @@ def test_lowrank_agrees_with_dense(spec):
     rl, rd = noiseless(low), noiseless(dense)
     for v in low.workload.views:
         assert np.allclose(rl.view_answers(v), rd.view_answers(v), rtol=1e-9, atol=1e-7)
+
+
+def test_memory_budget_decides_the_fallback():
+    """No fixed cell limit: a view gets the certified solve unless its estimated memory exceeds the
+    budget; then it falls back (with a note) to the closed forms."""
+    from querysmasher.solvers.qs import solve_memory_mb
+
+    d = decompose(parse_workload("affine:2", parse_schema("synthetic:n=30,d=2")))
+    g = d.grams[(0, 1)]
+    roomy = get_solver("qs").solve(g, d.store)
+    assert roomy.mechanism.kind == "lowrank" and roomy.gap <= 1e-4 and roomy.lower_bound > 0
+    assert solve_memory_mb(900, 57, True) < solve_memory_mb(900, 57, False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tight = get_solver("qs", memory_budget_mb=0.1).solve(g, d.store)
+    assert "memory budget" in tight.note and tight.lower_bound == 0.0
+    assert any("memory budget" in str(w.message) for w in caught)
+    assert tight.mechanism.kind in ("fourier", "kron") and tight.loss >= roomy.loss
