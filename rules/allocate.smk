@@ -7,7 +7,7 @@ rule allocate:
         workload=f"{R}/{{experiment}}/workload.h5",
         decomposition=f"{R}/{{experiment}}/decomposition.json",
         manifest=manifest_path,
-        solves=solve_files,
+        solves=experiment_solve_files,
     output:
         plan=f"{R}/{{experiment}}/plan.h5",
         summary=f"{R}/{{experiment}}/plan.json",

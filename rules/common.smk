@@ -2,7 +2,7 @@
 #
 # Everything that can be wrong in the config fails HERE, while the Snakefile is parsed, before any
 # job runs: the JSON schema (config/schema.yaml: unknown keys, types, enums, patterns; it also fills
-# in defaults), then querysmasher.stages.check_config (every schema and workload parses, every
+# in defaults), then querysmasher.pipeline.config.check_config (every schema and workload parses, every
 # method has a solver, budgets and data sources are valid), with one line naming the key/value and
 # the reason.
 
@@ -12,21 +12,23 @@ import os
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from querysmasher import stages
 from querysmasher.errors import InputError
+from querysmasher.pipeline import datasets, layout
+from querysmasher.pipeline.config import check_config, format_validation_error
+from querysmasher.pipeline.fingerprint import library_fingerprint
 
 try:
     validate(config, "../config/schema.yaml")
 except WorkflowError:
     schema_file = os.path.join(workflow.basedir, "..", "config", "schema.yaml")
-    raise WorkflowError(stages.format_validation_error(config, schema_file)) from None
+    raise WorkflowError(format_validation_error(config, schema_file)) from None
 
 try:
-    EXPERIMENTS = stages.check_config(config)
+    EXPERIMENTS = check_config(config)
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
-R = stages.RESULTS
+R = layout.RESULTS
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
 CSV_TABLES = bool(config["reconstruct"]["csv"])
@@ -34,9 +36,9 @@ CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 wildcard_constraints:
     experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+",
-    key=stages.KEY_PATTERN,
-    bid=stages.KEY_PATTERN,
-    ns=stages.NS_PATTERN,
+    key=layout.KEY_PATTERN,
+    bid=layout.KEY_PATTERN,
+    ns=layout.NS_PATTERN,
 
 
 def experiment_of(wildcards):
@@ -56,7 +58,7 @@ _FINGERPRINTS = {}
 def lib(stage, method=None):
     """Library version + hash of the code this stage runs (a params entry: edits re-run the rule)."""
     if (stage, method) not in _FINGERPRINTS:
-        _FINGERPRINTS[(stage, method)] = stages.library_fingerprint(stage, method)
+        _FINGERPRINTS[(stage, method)] = library_fingerprint(stage, method)
     return _FINGERPRINTS[(stage, method)]
 
 
@@ -85,7 +87,8 @@ def manifest_path(wildcards):
     return checkpoints.decompose.get(experiment=wildcards.experiment).output.manifest
 
 
-def solve_files(wildcards):
+def experiment_solve_files(wildcards):
+    """The solve files (paths) an experiment's plan reads, from its manifest."""
     with open(manifest_path(wildcards)) as fh:
         return json.load(fh)["solve_files"]
 
@@ -123,7 +126,7 @@ def solve_entry(ns, file_id):
 
 
 def solve_method(wildcards):
-    method = stages.method_of_namespace(wildcards.ns)
+    method = layout.method_of_namespace(wildcards.ns)
     if method not in {e.method for e in EXPERIMENTS.values()}:
         raise WorkflowError(f"solve folder {wildcards.ns!r}: method {method!r} is not in the config's grid")
     return method
@@ -153,22 +156,24 @@ def solve_resource(file_id, what):
 
 
 def batch_members(wildcards):
-    path = stages.batch_path(wildcards.bid)
+    path = layout.batch_path(wildcards.bid)
     if not os.path.exists(path):
         raise WorkflowError(f"{path} is missing: re-run the decompose checkpoints (snakemake -R decompose)")
     with open(path) as fh:
-        return [stages.subproblem_path(k) for k in json.load(fh)["keys"]]
+        return [layout.subproblem_path(k) for k in json.load(fh)["keys"]]
 
 
 # --------------------------------------------------------------------------- data
 
 
-def data_inputs(wildcards):
-    return stages.data_inputs(experiment_of(wildcards).data)
+def experiment_data_inputs(wildcards):
+    """The files an experiment's records come from (none for synthetic records)."""
+    return datasets.data_inputs(experiment_of(wildcards).data)
 
 
-def data_source(wildcards):
-    return stages.data_source(experiment_of(wildcards).data)
+def experiment_data_source(wildcards):
+    """Where an experiment's records come from (a rule param: a change re-runs the rule)."""
+    return datasets.resolve_data_source(experiment_of(wildcards).data)
 
 
 # --------------------------------------------------------------------------- targets

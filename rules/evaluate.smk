@@ -10,12 +10,12 @@ rule evaluate:
     input:
         plan=f"{R}/{{experiment}}/plan.h5",
         manifest=f"{R}/{{experiment}}/manifest.json",
-        **({"answers": f"{R}/{{experiment}}/answers.h5", "data": data_inputs} if RELEASE else {}),
+        **({"answers": f"{R}/{{experiment}}/answers.h5", "data": experiment_data_inputs} if RELEASE else {}),
         **{f"bench_{s}": f"{R}/{{experiment}}/benchmarks/{s}.tsv" for s in _STAGES},
     output:
         f"{R}/{{experiment}}/metrics.json",
     params:
-        source=data_source if RELEASE else None,
+        source=experiment_data_source if RELEASE else None,
         experiment=lambda wc: experiment_of(wc).as_dict(),
         stages=_STAGES,
         lib=lib("evaluate"),

@@ -1,12 +1,13 @@
 """Rule evaluate: predicted vs empirical RMSE, phase times, peak memory -> metrics.json
-(stages.evaluate). Reads the records to compute true answers: an evaluation, not a release."""
+(querysmasher.pipeline.evaluate). Reads the records to compute true answers: an evaluation, not a release."""
 
-from querysmasher import stages
+from querysmasher.pipeline.evaluate import evaluate
+from querysmasher.pipeline.steps import logged
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with logged(sm.log[0]):
     keys = sm.input.keys()
-    m = stages.evaluate(
+    m = evaluate(
         sm.input.plan, sm.output[0], manifest_path=sm.input.manifest,
         benchmarks={s: sm.input[f"bench_{s}"] for s in sm.params.stages},
         answers_path=sm.input.answers if "answers" in keys else None,

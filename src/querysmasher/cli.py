@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .accounting import Budget
+from .accounting import DEFAULT_REPORT_DELTA, Budget
 from .errors import InputError
 
 __all__ = ["main", "build_parser"]
@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _budget(args: argparse.Namespace) -> Budget:
-    report_delta = args.delta if args.delta is not None else 1e-6
+    report_delta = args.delta if args.delta is not None else DEFAULT_REPORT_DELTA
     given = [n for n in ("beta", "rho", "mu", "epsilon") if getattr(args, n) is not None]
     if len(given) > 1:
         raise InputError("budget", "/".join(given), "give exactly one of --beta, --rho, --mu, --epsilon")
@@ -54,7 +54,7 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rho", type=float, help="rho-zCDP (beta = 2 rho)")
     g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
     g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
-    g.add_argument("--delta", type=float, help="delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default 1e-6)")
+    g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,11 +195,11 @@ def _reconstruct(args: argparse.Namespace) -> int:
         print(json.dumps(reconstruct_hdmm_to_file(load_hdmm_plan(args.plan), args.measurements, args.out, plan_digest(args.plan))))
         return 0
     plan = load_plan(args.plan)
-    meas = load_measurements(args.measurements, plan_digest(args.plan))
-    rec = reconstruct(plan, meas)
-    info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
-    if args.csv:
-        write_csv_tables(args.csv, rec)
+    with load_measurements(args.measurements, plan_digest(args.plan)) as meas:
+        rec = reconstruct(plan, meas)
+        info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
+        if args.csv:
+            write_csv_tables(args.csv, rec)
     print(json.dumps(info))
     return 0
 

@@ -31,7 +31,7 @@ import yaml
 from .errors import InputError
 from .schema import Schema
 
-__all__ = ["Records", "load_records", "validate_records", "marginal", "infer_schema", "read_encodings"]
+__all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings"]
 
 FIRST_ROWS = 5
 
@@ -136,23 +136,6 @@ def load_records(path: str | Path, schema: Schema, *, domain_file: str | Path | 
     """Read and validate a CSV/Parquet file of records."""
     encodings = read_encodings(domain_file) if domain_file else None
     return validate_records(_read_table(path), schema, encodings=encodings, on_invalid=on_invalid)
-
-
-def infer_schema(path: str | Path, name: str = "inferred") -> Schema:
-    """A schema from the data's own columns: size = largest code + 1, every attribute numeric.
-
-    Not differentially private: the domain then depends on the records. Only for explicit use.
-    """
-    from .schema import Attribute
-
-    frame = _read_table(path)
-    attrs = []
-    for c in frame.columns:
-        v = pd.to_numeric(frame[c], errors="coerce")
-        if v.isna().any() or (v < 0).any() or (np.floor(v) != v).any():
-            raise InputError("data column", c, "cannot infer a domain: it holds values that are not non-negative integer codes")
-        attrs.append(Attribute(str(c), int(v.max()) + 1, "numeric"))
-    return Schema(name, tuple(attrs))
 
 
 def marginal(records: Records, attrs: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:

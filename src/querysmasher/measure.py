@@ -28,18 +28,11 @@ import numpy as np
 
 from .data import Records, marginal
 from .errors import InputError
-from .linalg import kron_apply, single_threaded_blas
+from .linalg import kron_apply, psd_power, single_threaded_blas
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
 __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
-
-
-def _sym_power(x: np.ndarray, power: float, rtol: float = 1e-10) -> np.ndarray:
-    """X^power on range(X) (0 on its null space), for a symmetric PSD matrix."""
-    w, v = np.linalg.eigh((x + x.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
 
 
 class _Roots:
@@ -48,8 +41,8 @@ class _Roots:
     def __init__(self, mech: ViewMechanism):
         self.mech = mech
         if mech.kind in ("kron", "dense"):
-            self.sqrt = [_sym_power(m, 0.5) for m in mech.mats]
-            self.pinv_sqrt = [_sym_power(m, -0.5) for m in mech.mats]
+            self.sqrt = [psd_power(m, 0.5) for m in mech.mats]
+            self.pinv_sqrt = [psd_power(m, -0.5) for m in mech.mats]
         else:
             w = mech.mats[0]
             self.sqrt_w = np.sqrt(w)
@@ -136,6 +129,17 @@ class Measurements:
     y: list[np.ndarray] | _Segments  # per measured view: cells (x draws, for Monte Carlo)
     seeded: bool
     plan_sha256: str = ""
+
+    def close(self) -> None:
+        """Close the file a loaded release reads from (nothing for measurements in memory)."""
+        if isinstance(self.y, _Segments):
+            self.y.close()
+
+    def __enter__(self) -> Measurements:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _check_schema(plan: Plan, records: Records) -> None:

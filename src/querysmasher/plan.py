@@ -150,7 +150,7 @@ def make_plan(
 
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
-    from .io import atomic_h5, new_group, put, put_json
+    from .io import atomic_h5, new_group, put, put_custom_queries, put_json
 
     with atomic_h5(path, kind="plan") as f:
         put_json(f, "schema", plan.schema.to_dict())
@@ -158,12 +158,7 @@ def save_plan(plan: Plan, path) -> None:
         f.attrs["method"] = plan.method
         put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
         put_json(f, "summary", plan.summary())
-        custom = new_group(f, "custom")
-        for i, (p, cq) in enumerate(sorted(plan.workload.custom.items())):
-            g = new_group(custom, str(i))
-            g.attrs["path"] = p
-            put(g, "attributes", np.array(cq.attributes, dtype=object))
-            put(g, "queries", cq.queries)
+        put_custom_queries(f, plan.workload.custom)
         v = new_group(f, "views")
         lengths = [len(a) for a in plan.views]
         put(v, "attrs", np.array([i for a in plan.views for i in a], dtype=np.int64))
@@ -210,16 +205,11 @@ def read_solution(g) -> ViewSolution:
 def load_plan(path) -> Plan:
     """Read a plan file written by :func:`save_plan`."""
     from .allocation import Allocation
-    from .io import get_json, open_h5
-    from .workload import CustomQueries
+    from .io import get_custom_queries, get_json, open_h5
 
     with open_h5(path, "plan") as f:
         schema = Schema.from_dict(get_json(f, "schema"))
-        custom = {
-            str(g.attrs["path"]): CustomQueries(tuple(x.decode() if isinstance(x, bytes) else str(x) for x in g["attributes"][()]), g["queries"][()])
-            for g in f["custom"].values()
-        }
-        workload = parse_workload(str(f.attrs["workload"]), schema, custom)
+        workload = parse_workload(str(f.attrs["workload"]), schema, get_custom_queries(f))
         b = get_json(f, "budget")
         budget = Budget(b["beta"], b["source"], b["delta"])
         summary = get_json(f, "summary")

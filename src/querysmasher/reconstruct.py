@@ -28,7 +28,7 @@ from .plan import Plan
 from .solvers.base import pinv_psd
 from .workload import WorkloadView
 
-__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "load_answers_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
+__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -100,11 +100,16 @@ class Reconstruction:
 
     def view_answers(self, v: WorkloadView) -> np.ndarray:
         """Answers to every query of one workload view (product families by mode products)."""
-        t = self.table(v.attrs)
-        if v.factors:
-            sizes = tuple(self.plan.schema.sizes[a] for a in v.attrs)
-            return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], t, sizes)
-        return view_query_matrix(self.plan.workload, v) @ t
+        return view_answers_from_table(self.plan, v, self.table(v.attrs))
+
+
+def view_answers_from_table(plan: Plan, v: WorkloadView, table: np.ndarray) -> np.ndarray:
+    """Answers to every query of workload view ``v`` from a table over its cells (a reconstructed
+    one, or true counts for an evaluation); product families by mode products."""
+    if v.factors:
+        sizes = tuple(plan.schema.sizes[a] for a in v.attrs)
+        return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], table, sizes)
+    return view_query_matrix(plan.workload, v) @ table
 
 
 def reconstruct(plan: Plan, meas: Measurements) -> Reconstruction:
@@ -211,24 +216,14 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
-def load_answers_table(path: str | Path, index: int) -> np.ndarray:
-    """The reconstructed table of workload view ``index`` from an answers file."""
-    from .io import open_h5
-
-    with open_h5(path, "answers") as f:
-        offs = f["views/table_offsets"]
-        return f["views/tables"][int(offs[index]):int(offs[index + 1])]
-
-
 def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
     """One CSV per workload view: the attribute codes of each cell and the estimated count.
 
     Files are written to temporary names and renamed, like every output of the project.
     """
-    import os
-    import tempfile
-
     import pandas as pd
+
+    from .atomic import atomic_path
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -240,10 +235,7 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
         frame = pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
         frame["estimate"] = rec.table(attrs)
         path = folder / ("total.csv" if not attrs else "__".join(names[a] for a in attrs) + ".csv")
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        os.chmod(tmp, 0o644)
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            frame.to_csv(tmp, index=False)
         written.append(path)
     return written

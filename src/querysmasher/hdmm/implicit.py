@@ -35,8 +35,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..families import gram_1d
-from ..linalg import kron_apply, kron_dense
-from ..solvers.base import pinv_psd
+from ..linalg import kron_apply, kron_dense, pinv_psd, psd_power
 from ..workload import Workload
 
 __all__ = ["TOTAL", "ImplicitWorkload", "KronStrategy", "sym_sqrt"]
@@ -46,11 +45,9 @@ _CHUNK_ENTRIES = 1 << 22  # (terms x blocks) entries evaluated at a time: bounds
 _UNIT_DIAG_ATOL = 1e-9
 
 
-def sym_sqrt(m: np.ndarray, power: float = 0.5, rtol: float = 1e-10) -> np.ndarray:
+def sym_sqrt(m: np.ndarray, power: float = 0.5) -> np.ndarray:
     """M^power on range(M) (0 on its null space) for symmetric PSD M; power -0.5 gives (M^½)^+."""
-    w, v = np.linalg.eigh((m + m.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+    return psd_power(m, power)
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,16 +22,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, kron_dense
+from ..linalg import MatrixStore, kron_dense, pinv_psd  # pinv_psd: re-exported, solvers import it from here
 
 __all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
-
-
-def pinv_psd(x: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Pseudo-inverse of a symmetric PSD matrix (eigenvalues below rtol * max are treated as 0)."""
-    w, v = np.linalg.eigh((x + x.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] / w[keep]) @ v[:, keep].T
 
 
 @dataclass(frozen=True, eq=False)
