@@ -18,6 +18,7 @@ vectors and what is needed to use them with the plan — nothing else derived fr
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import secrets
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 from .data import Records, marginal
 from .errors import InputError
 from .linalg import kron_apply, single_threaded_blas
+from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
@@ -154,8 +156,9 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draw
     BLAS runs single-threaded while the generator is active (many small products).
     """
     _check_schema(plan, records)
+    views = measured_views(plan)
     with single_threaded_blas():
-        for i in measured_views(plan):
+        for i in progress(views, desc="measure", total=len(views)):
             mech = plan.solutions[plan.keys[i]].mechanism
             x = marginal(records, plan.views[i], plan.schema.sizes)
             clean = sqrt_apply(mech, x)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -18,9 +19,12 @@ from .accounting import Budget
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
 from .linalg import MatrixStore
+from .logs import progress
 from .schema import Schema, parse_schema
 from .solvers import ViewSolution, ViewSolver, get_solver
 from .workload import Workload, parse_workload
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", "load_plan", "write_solution", "read_solution"]
 
@@ -90,8 +94,13 @@ def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarr
 
 
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
-    """Solve each distinct (unit-trace) subproblem once."""
-    return {key: solver.solve(g, store) for key, g in distinct.items()}
+    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
+    out = {}
+    for key, g in progress(distinct.items(), desc=f"solve ({getattr(solver, 'name', 'solver')})", total=len(distinct), unit="solve"):
+        t0 = time.perf_counter()
+        out[key] = sol = solver.solve(g, store)
+        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, time.perf_counter() - t0, sol.solver, f" {sol.note}" if sol.note else "")
+    return out
 
 
 def assemble_plan(
@@ -137,11 +146,13 @@ def make_plan(
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
+    distinct = decomp.distinct()
+    log.info("decomposed %s: %d residual views, %d distinct subproblems, %.2f s", workload.spec, len(decomp.grams), len(distinct), decomp.seconds)
     if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
         solver.prepare(decomp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        solutions = solve_distinct(decomp.distinct(), decomp.store, solver)
+        solutions = solve_distinct(distinct, decomp.store, solver)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     phases = {"decompose": decomp.seconds, "solve": time.perf_counter() - t0}

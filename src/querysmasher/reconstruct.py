@@ -23,6 +23,7 @@ import numpy as np
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .linalg import kron_apply, single_threaded_blas
+from .logs import progress
 from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
 from .solvers.base import pinv_psd
@@ -197,7 +198,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         t_offs = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         put(g, "table_offsets", t_offs)
         tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
-        for k, v in enumerate(views):  # streamed: one table in memory at a time
+        for k, v in progress(enumerate(views), desc="reconstruct", total=len(views)):  # streamed: one table in memory at a time
             tables[t_offs[k]:t_offs[k + 1]] = rec.table(v.attrs)
         if write_answers:
             counts = [plan.workload.view_count(v) for v in views]
@@ -205,7 +206,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             put(g, "answer_offsets", a_offs)
             ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
-            for k, v in enumerate(views):
+            for k, v in progress(enumerate(views), desc="answers", total=len(views)):
                 ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
                 var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
