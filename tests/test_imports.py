@@ -20,8 +20,8 @@ def test_root_attributes_load_on_first_use():
     code = (
         "import sys, querysmasher as qs\n"
         "assert 'scipy' not in sys.modules\n"
-        "assert callable(qs.plan) and qs.Budget.from_rho(0.5).beta == 1.0\n"
-        "assert 'querysmasher.plan' in sys.modules\n"
+        "assert callable(qs.make_plan) and qs.Budget.from_rho(0.5).beta == 1.0\n"
+        "assert 'querysmasher.api' in sys.modules\n"
         "try:\n    qs.no_such_name\nexcept AttributeError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -63,6 +63,9 @@ class Reconstruction:
     def __post_init__(self) -> None:
         self._position = {self.plan.views[int(i)]: k for k, i in enumerate(self.meas.view_index)}
 
+    def __repr__(self) -> str:
+        return f"Reconstruction({self.plan.method} on {self.plan.workload.spec}: {len(self._position)} measured views)"
+
     def residual(self, sub: tuple[int, ...]) -> np.ndarray | None:
         """x̂_A' = (X^+)^(1/2) y_A' for a measured residual view (None when it is not measured)."""
         if sub in self._residual:

@@ -52,6 +52,9 @@ class ViewMechanism:
     def cells(self) -> int:
         return math.prod(self.sizes)
 
+    def __repr__(self) -> str:
+        return f"ViewMechanism({self.kind}, sizes={self.sizes})"
+
     def max_diag(self) -> float:
         """Privacy cost of the mechanism: the largest diagonal entry of X."""
         if self.kind == "kron":
@@ -87,6 +90,10 @@ class ViewSolution:
     solver: str  # which solver produced the mechanism
     note: str = ""  # e.g. why a fallback was used
     gap: float = float("nan")
+
+    def __repr__(self) -> str:
+        note = f", note={self.note!r}" if self.note else ""
+        return f"ViewSolution({self.solver}, {self.mechanism.kind} {self.mechanism.sizes}, loss={self.loss:.6g}, lower_bound={self.lower_bound:.6g}, gap={self.gap:.2e}{note})"
 
 
 class ViewSolver(Protocol):
