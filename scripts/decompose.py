@@ -1,10 +1,10 @@
 """Checkpoint decompose: workload.h5 -> decomposition.json, manifest.json, and the content-addressed
 subproblem / batch files (querysmasher.stages.decompose_to_files)."""
 
-from querysmasher import stages
+from querysmasher import logs, stages
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with stages.logged(sm.log[0]), logs.configured():
     p = sm.params
     info = stages.decompose_to_files(
         sm.input[0], sm.output.decomposition, sm.output.manifest,

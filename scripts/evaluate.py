@@ -1,10 +1,10 @@
 """Rule evaluate: predicted vs empirical RMSE, phase times, peak memory -> metrics.json
 (stages.evaluate). Reads the records to compute true answers: an evaluation, not a release."""
 
-from querysmasher import stages
+from querysmasher import logs, stages
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with stages.logged(sm.log[0]), logs.configured():
     keys = sm.input.keys()
     m = stages.evaluate(
         sm.input.plan, sm.output[0], manifest_path=sm.input.manifest,

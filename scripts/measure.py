@@ -3,8 +3,8 @@
 The only rule of a release that reads records; the noise seed is the experiment's seed.
 """
 
-from querysmasher import stages
+from querysmasher import logs, stages
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with stages.logged(sm.log[0]), logs.configured():
     print(stages.measure_to_file(sm.input.plan, sm.output[0], source=dict(sm.params.source), seed=sm.params.seed))

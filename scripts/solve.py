@@ -9,9 +9,9 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(sm.threads)
 
-from querysmasher import stages  # noqa: E402  (after the thread limits)
+from querysmasher import logs, stages  # noqa: E402  (after the thread limits)
 
-with stages.logged(sm.log[0]):
+with stages.logged(sm.log[0]), logs.configured():
     subproblems = sm.input.subproblems if "subproblems" in sm.input.keys() else [sm.input.subproblem]
     context = list(sm.input.context)
     info = stages.solve_files(

@@ -113,7 +113,6 @@ def measure(plan, data, *, seed: int | None = None, domain=None, on_invalid: str
         log.warning("fixed noise seed: this release is for experiments only")
     meas = measure_records(plan, records, rng, seeded=seeded)
     meas.plan = plan
-    log.info("measured %d residual views", len(meas.view_index))
     return meas
 
 

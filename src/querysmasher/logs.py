@@ -23,13 +23,14 @@ querysmasher: warning: fixed noise seed
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import IO, TypeVar
 
-__all__ = ["logger", "configure", "unconfigure", "progress", "level_from_flags"]
+__all__ = ["logger", "configure", "configured", "unconfigure", "progress", "level_from_flags"]
 
 logger = logging.getLogger("querysmasher")
 
@@ -122,6 +123,17 @@ def unconfigure() -> None:
     logger.setLevel(logging.NOTSET)
     logger.propagate = True
     _state.update(handler=None, progress=False)
+
+
+@contextlib.contextmanager
+def configured(target: str | os.PathLike | IO[str] | None = None, level: int | str = "INFO", *, progress: bool = False, timestamps: bool | None = True) -> Iterator[logging.Handler]:
+    """:func:`configure` for the duration of a ``with`` block (the workflow's scripts use it inside
+    their log-file redirection, so a rule's ``log:`` file receives the INFO lines, timed)."""
+    handler = configure(target, level, progress=progress, timestamps=timestamps)
+    try:
+        yield handler
+    finally:
+        unconfigure()
 
 
 def progress(items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "view") -> Iterator[T] | Iterable[T]:

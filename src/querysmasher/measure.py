@@ -34,6 +34,8 @@ from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
 
 
@@ -176,6 +178,7 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draw
             shape = clean.shape if draws is None else clean.shape + (draws,)
             noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
             yield int(i), (clean if draws is None else clean[:, None]) + noise
+    log.info("measured %d residual views", len(views))
 
 
 def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:

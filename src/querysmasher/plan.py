@@ -133,10 +133,12 @@ def assemble_plan(
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
     phases["allocate"] = time.perf_counter() - t0
-    return Plan(
+    plan = Plan(
         decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
         {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
     )
+    log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
+    return plan
 
 
 def make_plan(

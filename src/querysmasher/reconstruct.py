@@ -14,6 +14,7 @@ A; workloads with billions of queries are answered lazily from these tables.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
 from .solvers.base import pinv_psd
 from .workload import WorkloadView
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "load_answers_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
 
@@ -212,6 +215,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             for k, v in progress(enumerate(views), desc="answers", total=len(views)):
                 ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
                 var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
+    log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
