@@ -390,12 +390,16 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
     from . import __version__
 
     modules, functions = _STAGES[stage]
-    modules, leaves = list(modules), ()
+    modules, leaves, plugin = list(modules), (), b""
     if stage == "solve" and method:
         from .solvers import get_solver
 
         solver = get_solver(method)
         modules.append(type(solver).__module__)
+        if not type(solver).__module__.startswith("querysmasher."):  # a plugin: its version and solver file count
+            from .solvers import plugin_origin
+
+            plugin = plugin_origin(method).encode() + Path(inspect.getfile(type(solver))).read_bytes()
         if not hasattr(solver, "prepare"):
             # A context-free solve reads its Gram from a content-addressed file: the code that builds
             # Grams (families, workload, schema) cannot change its result without changing the key,
@@ -408,7 +412,7 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
     for name, src in sorted(_function_closure(functions).items()):
         h.update(name.encode() + b"\0" + src.encode() + b"\0")
     if method:
-        h.update(method.encode())
+        h.update(method.encode() + plugin)
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
