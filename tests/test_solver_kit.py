@@ -48,14 +48,18 @@ class _Broken:
             return dataclasses.replace(sol, loss=sol.loss * 0.9)
         if self.defect == "bound":  # a "lower bound" above the loss
             return dataclasses.replace(sol, lower_bound=sol.loss * 1.01)
-        if self.defect == "range" and mech.cells > 1:  # X loses a direction the queries need
-            m0 = mech.mats[0].copy()
-            m0[0, :] = m0[:, 0] = 0.0
+        if self.defect == "range" and mech.cells > 1:  # X keeps one residual direction only: rank 1
+            u = np.zeros(mech.sizes[0])
+            u[:2] = 1.0, -1.0
+            m0 = np.outer(u, u)
             return dataclasses.replace(sol, mechanism=dataclasses.replace(mech, mats=(m0,) + mech.mats[1:]))
+        if self.defect == "identity":  # measures the whole marginal, not only its residual part
+            mech = dataclasses.replace(mech, mats=tuple(np.eye(n) for n in mech.sizes))
+            return dataclasses.replace(sol, mechanism=mech, loss=gram.trace)
         return sol
 
 
-@pytest.mark.parametrize("defect, message", [("cost", "privacy cost"), ("loss", "reported loss"), ("bound", "lower_bound"), ("range", "range of X")])
+@pytest.mark.parametrize("defect, message", [("cost", "privacy cost"), ("loss", "reported loss"), ("bound", "lower_bound"), ("range", "range of X"), ("identity", "residual subspace")])
 def test_kit_rejects_broken_solvers(defect, message):
     with pytest.raises(SolverCheckError, match=message):
         check_solver(lambda: _Broken(defect), workloads=("prefix:1,2",), draws=0)

@@ -4,9 +4,10 @@ Plugin authors run them in their own tests; the built-in solvers' tests run the 
 (``tests/test_solver_kit.py``). Everything is checked by brute force on a small schema, from
 explicit matrices, never from what the solver reports:
 
-* :func:`check_view_solutions`: per distinct subproblem, the mechanism's privacy cost (largest
-  diagonal of the explicit X) is at most 1, every subquery is estimable (G in the range of X), the
-  reported loss equals tr(G X^+) recomputed, and 0 <= lower_bound <= loss;
+* :func:`check_view_solutions`: per distinct subproblem, X is symmetric PSD and lives on the
+  view's residual subspace, the mechanism's privacy cost (largest diagonal of the explicit X) is at
+  most 1, every subquery is estimable (G in the range of X), the reported loss equals tr(G X^+)
+  recomputed, and 0 <= lower_bound <= loss;
 * :func:`check_privacy`: the whole released mechanism, built over the full domain, costs at most
   beta, and the predicted total variance is that of the explicit least-squares estimator;
 * :func:`check_monte_carlo`: measured many times, the answers are unbiased and their empirical
@@ -125,7 +126,8 @@ def plan_with(solver, workload: Workload | str, budget: Budget | None = None, sc
 
 
 def check_view_solutions(plan) -> int:
-    """Per distinct subproblem of a plan: cost <= 1, range, loss = tr(G X^+), 0 <= lower bound <= loss.
+    """Per distinct subproblem of a plan: X = P X P (residual subspace), cost <= 1, range,
+    loss = tr(G X^+), 0 <= lower bound <= loss.
     Returns the number of subproblems checked."""
     decomp = decompose(plan.workload)
     distinct = decomp.distinct()
@@ -140,6 +142,9 @@ def check_view_solutions(plan) -> int:
             raise SolverCheckError(f"{where}: X is not a symmetric {g.shape} matrix")
         if np.linalg.eigvalsh((x + x.T) / 2).min() < -1e-9 * max(1.0, float(np.abs(x).max())):
             raise SolverCheckError(f"{where}: X is not positive semidefinite")
+        p = kron_dense([np.eye(n) - 1.0 / n for n in mech.sizes])
+        if not np.allclose(p @ x @ p, x, atol=1e-9 * max(1.0, float(np.abs(x).max()))):
+            raise SolverCheckError(f"{where}: X is not supported on the view's residual subspace (X != P X P, P = ⊗ (I - J/n))")
         cost = float(np.diag(x).max())
         if cost > 1 + COST_RTOL:
             raise SolverCheckError(f"{where}: privacy cost max diag(X) = {cost!r} > 1")
