@@ -11,6 +11,9 @@ Three representations keep large views implicit:
 * ``dense``: one c x c matrix (QS on several-term Grams);
 * ``fourier``: X = F^H diag(w) F, with F the unnormalised multi-dimensional DFT and w a table over
   frequencies (WFF on several-term Grams).
+
+The full contract a solver must meet (X = P X P on the residual subspace, what ``lower_bound``
+must mean, plugins) is in ``docs/solvers.md``; :mod:`querysmasher.testing` checks it.
 """
 
 from __future__ import annotations
