@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an option of the method's solver (repeatable; the value is read as a YAML scalar), e.g. a plugin's")
     _add_budget(p)
 
     m = sub.add_parser("measure", parents=[common], help="run the plan's mechanisms on the records (the only step that reads data)")
@@ -116,6 +117,22 @@ def _solver_options(args: argparse.Namespace) -> dict:
         opts["max_dense_cells"] = args.max_dense_cells
     if opts and args.method != "qs":
         raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise InputError("--option", item, "must be KEY=VALUE with KEY a solver option name")
+        import yaml
+
+        opts[key.strip()] = yaml.safe_load(value)
+    if args.option and args.method == "hdmm":
+        raise InputError("--option", ",".join(args.option), "hdmm takes no solver options")
+    if opts:
+        from .solvers import get_solver
+
+        try:  # the solver's own check of its options, before any work
+            get_solver(args.method, **opts)
+        except (TypeError, ValueError) as exc:
+            raise InputError("--option", ",".join(args.option) or "", f"rejected by method {args.method!r}: {exc}") from None
     return opts
 
 

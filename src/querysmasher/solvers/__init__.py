@@ -126,7 +126,16 @@ def _dist_name(ep) -> str:
     return getattr(ep.dist, "name", None) or ep.value
 
 
-SOLVERS = _Registry({"rp": lambda **o: RPSolver(), "wff": lambda **o: WFFSolver(), "qs": _qs, "rpplus": _rpplus})
+def _without_options(cls):
+    def factory(**options):
+        if options:
+            raise TypeError(f"{cls.name} takes no options (given: {', '.join(sorted(options))})")
+        return cls()
+
+    return factory
+
+
+SOLVERS = _Registry({"rp": _without_options(RPSolver), "wff": _without_options(WFFSolver), "qs": _qs, "rpplus": _rpplus})
 
 
 def plugin_origin(name: str) -> str:
