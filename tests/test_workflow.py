@@ -211,7 +211,7 @@ def test_solvers_with_workload_context_get_their_own_namespace(tmp_path, monkeyp
 BAD_CONFIGS = [
     ({"solve": {"bath_size": 3}}, "config key 'solve.bath_size': unknown key"),
     ({"relase": False}, "config key 'relase': unknown key"),
-    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config key 'grid.0.methods.0': 'rpp' is not one of"),
+    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config grid method 'rpp': has no solver"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefx:1"], "methods": ["rp"]}]}, "unknown family 'prefx'"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rp"], "budgets": ["rh=1"]}]}, "config key 'grid.0.budgets.0'"),
     ({"schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"csv": "missing.csv"}}}}, "config data csv 'missing.csv': does not exist"),

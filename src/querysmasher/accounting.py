@@ -20,9 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
-
 from .errors import InputError
 
 __all__ = ["Budget", "delta_for", "epsilon_for", "beta_for"]
@@ -31,6 +28,8 @@ DEFAULT_REPORT_DELTA = 1e-6
 
 
 def _log_delta_terms(beta: float, eps: float) -> tuple[float, float]:
+    from scipy.special import log_ndtr  # imported here: scipy costs ~0.5 s of every CLI start
+
     s = math.sqrt(beta)
     return log_ndtr(s / 2 - eps / s), eps + log_ndtr(-s / 2 - eps / s)
 
@@ -47,6 +46,8 @@ def delta_for(beta: float, eps: float) -> float:
 
 def epsilon_for(beta: float, delta: float) -> float:
     """The smallest epsilon >= 0 with delta(beta, epsilon) <= delta."""
+    from scipy.optimize import brentq
+
     if delta_for(beta, 0.0) <= delta:
         return 0.0
     hi = 1.0
@@ -57,6 +58,8 @@ def epsilon_for(beta: float, delta: float) -> float:
 
 def beta_for(eps: float, delta: float) -> float:
     """The largest beta with delta(beta, eps) <= delta (delta is increasing in beta)."""
+    from scipy.optimize import brentq
+
     lo, hi = 1e-12, 1.0
     while delta_for(hi, eps) <= delta:
         lo, hi = hi, hi * 2

@@ -1,13 +1,16 @@
 """Command line: ``querysmasher plan | measure | reconstruct`` (also ``python -m querysmasher``).
 
 Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
-no output file is written in that case.
+no output file is written in that case. Results go to stdout; log lines go to stderr: warnings by
+default, ``-v`` adds one line per solved subproblem and step, ``-vv`` the solvers' iterations, ``-q``
+only errors. On a terminal, progress bars show the solves, views measured and tables reconstructed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import warnings
@@ -16,10 +19,13 @@ from pathlib import Path
 
 from .accounting import DEFAULT_REPORT_DELTA, Budget
 from .errors import InputError
+from .logs import configure, level_from_flags, unconfigure
 
 __all__ = ["main", "build_parser"]
 
 EXIT_BAD_INPUT = 2
+
+log = logging.getLogger("querysmasher.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,10 +63,19 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
 
 
+def _output_flags() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_mutually_exclusive_group()
+    g.add_argument("-v", "--verbose", action="count", default=0, help="log each step (-vv: solver iterations too)")
+    g.add_argument("-q", "--quiet", action="store_true", help="print only the result (and errors)")
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="querysmasher", description="Optimal scalable matrix mechanisms for linear counting queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("plan", help="optimise the mechanism for a workload and predict its error")
+    common = _output_flags()
+    p = sub.add_parser("plan", parents=[common], help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
     p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm (default qs)")
@@ -69,9 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an option of the method's solver (repeatable; the value is read as a YAML scalar), e.g. a plugin's")
     _add_budget(p)
 
-    m = sub.add_parser("measure", help="run the plan's mechanisms on the records (the only step that reads data)")
+    m = sub.add_parser("measure", parents=[common], help="run the plan's mechanisms on the records (the only step that reads data)")
     m.add_argument("--plan", required=True, help="plan file from 'querysmasher plan --out'")
     m.add_argument("--data", required=True, help="records: CSV or Parquet, one column per attribute")
     m.add_argument("--schema", help="schema of the data (default: the plan's); must match the plan")
@@ -80,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (the output is marked as seeded)")
     m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
 
-    r = sub.add_parser("reconstruct", help="answer every workload query, with its variance")
+    r = sub.add_parser("reconstruct", parents=[common], help="answer every workload query, with its variance")
     r.add_argument("--plan", required=True)
     r.add_argument("--measurements", required=True)
     r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
@@ -101,6 +117,22 @@ def _solver_options(args: argparse.Namespace) -> dict:
         opts["max_dense_cells"] = args.max_dense_cells
     if opts and args.method != "qs":
         raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise InputError("--option", item, "must be KEY=VALUE with KEY a solver option name")
+        import yaml
+
+        opts[key.strip()] = yaml.safe_load(value)
+    if args.option and args.method == "hdmm":
+        raise InputError("--option", ",".join(args.option), "hdmm takes no solver options")
+    if opts:
+        from .solvers import get_solver
+
+        try:  # the solver's own check of its options, before any work
+            get_solver(args.method, **opts)
+        except (TypeError, ValueError) as exc:
+            raise InputError("--option", ",".join(args.option) or "", f"rejected by method {args.method!r}: {exc}") from None
     return opts
 
 
@@ -122,7 +154,7 @@ def _plan(args: argparse.Namespace) -> int:
         else:
             plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
     for w in caught:
-        print(f"querysmasher: warning: {w.message}", file=sys.stderr)
+        log.warning("%s", w.message)
     if args.out:
         if args.method == "hdmm":
             from .hdmm.files import save_hdmm_plan
@@ -165,10 +197,10 @@ def _measure(args: argparse.Namespace) -> int:
             raise InputError("--schema", args.schema, f"does not match the plan's schema {schema.name!r}")
     records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
     if records.dropped:
-        print(f"querysmasher: dropped {records.dropped} invalid rows; the privacy guarantee holds for the cleaned data set", file=sys.stderr)
+        log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
     rng, seeded = make_rng(args.seed)
     if seeded:
-        print("querysmasher: warning: fixed noise seed: this release is for experiments only", file=sys.stderr)
+        log.warning("fixed noise seed: this release is for experiments only")
     if hdmm:
         from .hdmm.files import measure_hdmm_to_file
 
@@ -207,11 +239,15 @@ def _reconstruct(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    level = level_from_flags(args.verbose, args.quiet)
+    configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
         return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        unconfigure()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ vectors and what is needed to use them with the plan — nothing else derived fr
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import secrets
 from dataclasses import dataclass
@@ -29,8 +30,11 @@ import numpy as np
 from .data import Records, marginal
 from .errors import InputError
 from .linalg import kron_apply, psd_power, single_threaded_blas
+from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
 
@@ -129,6 +133,17 @@ class Measurements:
     y: list[np.ndarray] | _Segments  # per measured view: cells (x draws, for Monte Carlo)
     seeded: bool
     plan_sha256: str = ""
+    plan: Plan | None = None  # the plan that made them (set by querysmasher.api)
+
+    def __repr__(self) -> str:
+        of = f" of {self.plan.method} on {self.plan.workload.spec}" if self.plan is not None else ""
+        return f"Measurements({len(self.view_index)} measured views{of}{', seeded' if self.seeded else ''})"
+
+    def reconstruct(self):
+        """Answers to every workload query with their variances (:class:`querysmasher.api.Answers`)."""
+        from .api import reconstruct
+
+        return reconstruct(self)
 
     def close(self) -> None:
         """Close the file a loaded release reads from (nothing for measurements in memory)."""
@@ -158,14 +173,16 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draw
     BLAS runs single-threaded while the generator is active (many small products).
     """
     _check_schema(plan, records)
+    views = measured_views(plan)
     with single_threaded_blas():
-        for i in measured_views(plan):
+        for i in progress(views, desc="measure", total=len(views)):
             mech = plan.solutions[plan.keys[i]].mechanism
             x = marginal(records, plan.views[i], plan.schema.sizes)
             clean = sqrt_apply(mech, x)
             shape = clean.shape if draws is None else clean.shape + (draws,)
             noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
             yield int(i), (clean if draws is None else clean[:, None]) + noise
+    log.info("measured %d residual views", len(views))
 
 
 def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:

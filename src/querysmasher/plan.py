@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -18,9 +19,12 @@ from .accounting import Budget
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
 from .linalg import MatrixStore
+from .logs import progress
 from .schema import Schema, parse_schema
 from .solvers import ViewSolution, ViewSolver, get_solver
 from .workload import Workload, parse_workload
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", "load_plan", "write_solution", "read_solution"]
 
@@ -82,6 +86,16 @@ class Plan(PredictedError):
             out["gap"] = self.gap
         return out
 
+    def __repr__(self) -> str:
+        return (f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
+                f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
+
+    def measure(self, data, *, seed: int | None = None, domain=None, on_invalid: str = "error"):
+        """The release: this plan's mechanisms run on records (see :func:`querysmasher.api.measure`)."""
+        from .api import measure
+
+        return measure(self, data, seed=seed, domain=domain, on_invalid=on_invalid)
+
 
 def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarray:
     """Each view's privacy cost at sigma^2 = 1: its mechanism's max diagonal, computed once per key."""
@@ -90,8 +104,13 @@ def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarr
 
 
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
-    """Solve each distinct (unit-trace) subproblem once."""
-    return {key: solver.solve(g, store) for key, g in distinct.items()}
+    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
+    out = {}
+    for key, g in progress(distinct.items(), desc=f"solve ({getattr(solver, 'name', 'solver')})", total=len(distinct), unit="solve"):
+        t0 = time.perf_counter()
+        out[key] = sol = solver.solve(g, store)
+        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, time.perf_counter() - t0, sol.solver, f" {sol.note}" if sol.note else "")
+    return out
 
 
 def assemble_plan(
@@ -114,10 +133,12 @@ def assemble_plan(
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
     phases["allocate"] = time.perf_counter() - t0
-    return Plan(
+    plan = Plan(
         decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
         {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
     )
+    log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
+    return plan
 
 
 def make_plan(
@@ -137,11 +158,13 @@ def make_plan(
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
+    distinct = decomp.distinct()
+    log.info("decomposed %s: %d residual views, %d distinct subproblems, %.2f s", workload.spec, len(decomp.grams), len(distinct), decomp.seconds)
     if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
         solver.prepare(decomp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        solutions = solve_distinct(decomp.distinct(), decomp.store, solver)
+        solutions = solve_distinct(distinct, decomp.store, solver)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     phases = {"decompose": decomp.seconds, "solve": time.perf_counter() - t0}

@@ -14,6 +14,7 @@ A; workloads with billions of queries are answered lazily from these tables.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +24,13 @@ import numpy as np
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .linalg import kron_apply, single_threaded_blas
+from .logs import progress
 from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
 from .solvers.base import pinv_psd
 from .workload import WorkloadView
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
 
@@ -61,6 +65,9 @@ class Reconstruction:
 
     def __post_init__(self) -> None:
         self._position = {self.plan.views[int(i)]: k for k, i in enumerate(self.meas.view_index)}
+
+    def __repr__(self) -> str:
+        return f"Reconstruction({self.plan.method} on {self.plan.workload.spec}: {len(self._position)} measured views)"
 
     def residual(self, sub: tuple[int, ...]) -> np.ndarray | None:
         """x̂_A' = (X^+)^(1/2) y_A' for a measured residual view (None when it is not measured)."""
@@ -202,7 +209,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         t_offs = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         put(g, "table_offsets", t_offs)
         tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
-        for k, v in enumerate(views):  # streamed: one table in memory at a time
+        for k, v in progress(enumerate(views), desc="reconstruct", total=len(views)):  # streamed: one table in memory at a time
             tables[t_offs[k]:t_offs[k + 1]] = rec.table(v.attrs)
         if write_answers:
             counts = [plan.workload.view_count(v) for v in views]
@@ -210,9 +217,10 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             put(g, "answer_offsets", a_offs)
             ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
-            for k, v in enumerate(views):
+            for k, v in progress(enumerate(views), desc="answers", total=len(views)):
                 ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
                 var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
+    log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 

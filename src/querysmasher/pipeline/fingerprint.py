@@ -20,6 +20,11 @@ __all__ = ["STAGES", "library_fingerprint"]
 
 PACKAGE = __name__.rsplit(".", 1)[0]  # querysmasher.pipeline
 
+# The notebook facade: ``Plan.measure`` and ``Measurements.reconstruct`` import it in their bodies
+# for convenience, but no pipeline stage calls them, so following it would tie every stage to every
+# module (an edit to reconstruct.py would re-run all solves).
+FACADES = frozenset({"querysmasher.api"})
+
 # stage -> (library modules it runs, pipeline functions it calls as "module.function")
 STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workload": (("querysmasher.workload", "querysmasher.io"), ("steps.write_workload_file",)),
@@ -94,7 +99,7 @@ def _module_closure(modules, root: Path, leaves=()) -> dict[str, Path]:
         parts = mod.split(".")
         stack.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
         if mod not in leaves:
-            stack.extend(_imports_of(path, mod, is_pkg))
+            stack.extend(m for m in _imports_of(path, mod, is_pkg) if m not in FACADES)
     return seen
 
 
@@ -152,12 +157,16 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
 
     modules, functions = STAGES[stage]
     sources, libraries = _function_closure(functions)
-    modules, leaves = sorted(set(modules) | libraries), ()
+    modules, leaves, plugin = sorted(set(modules) | libraries), (), b""
     if stage == "solve" and method:
         from ..solvers import get_solver
 
         solver = get_solver(method)
         modules.append(type(solver).__module__)
+        if not type(solver).__module__.startswith("querysmasher."):  # a plugin: its version and solver file
+            from ..solvers import plugin_origin
+
+            plugin = plugin_origin(method).encode() + Path(inspect.getfile(type(solver))).read_bytes()
         if not hasattr(solver, "prepare"):
             # A context-free solve reads its Gram from a content-addressed file: the code that builds
             # Grams (families, workload, schema) cannot change its result without changing the key,
@@ -170,5 +179,5 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
     for name, src in sorted(sources.items()):
         h.update(name.encode() + b"\0" + src.encode() + b"\0")
     if method:
-        h.update(method.encode())
+        h.update(method.encode() + plugin)
     return f"{__version__}+{h.hexdigest()[:16]}"

@@ -27,15 +27,18 @@ __all__ = [
 
 @contextlib.contextmanager
 def logged(path: str | Path | None):
-    """Send stdout, stderr and warnings to a log file for the duration of a stage."""
+    """Send stdout, stderr, warnings and the library's log lines to a log file for the duration of a stage."""
     if not path:
         yield
         return
+    from .. import logs
+
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh), warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = lambda m, c, f, ln, file=None, line=None: print(f"warning: {c.__name__}: {m}", file=fh, flush=True)
-        yield
+        with logs.configured():  # the library's INFO lines (timed) go to the same log file
+            yield
 
 
 def write_workload_file(path: str | Path, schema_spec: str, workload_spec: str, *, all_numeric: bool = False) -> dict:

@@ -11,6 +11,9 @@ Three representations keep large views implicit:
 * ``dense``: one c x c matrix (QS on several-term Grams);
 * ``fourier``: X = F^H diag(w) F, with F the unnormalised multi-dimensional DFT and w a table over
   frequencies (WFF on several-term Grams).
+
+The full contract a solver must meet (X = P X P on the residual subspace, what ``lower_bound``
+must mean, plugins) is in ``docs/solvers.md``; :mod:`querysmasher.testing` checks it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class ViewMechanism:
     @property
     def cells(self) -> int:
         return math.prod(self.sizes)
+
+    def __repr__(self) -> str:
+        return f"ViewMechanism({self.kind}, sizes={self.sizes})"
 
     def max_diag(self) -> float:
         """Privacy cost of the mechanism: the largest diagonal entry of X."""
@@ -80,6 +86,10 @@ class ViewSolution:
     solver: str  # which solver produced the mechanism
     note: str = ""  # e.g. why a fallback was used
     gap: float = float("nan")
+
+    def __repr__(self) -> str:
+        note = f", note={self.note!r}" if self.note else ""
+        return f"ViewSolution({self.solver}, {self.mechanism.kind} {self.mechanism.sizes}, loss={self.loss:.6g}, lower_bound={self.lower_bound:.6g}, gap={self.gap:.2e}{note})"
 
 
 class ViewSolver(Protocol):
