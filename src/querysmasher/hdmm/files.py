@@ -132,6 +132,8 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         b, noise = get_json(f, "budget"), str(f.attrs["noise"])
         if noise not in ("gaussian", "laplace"):
             raise _refuse(path, f"has noise {noise!r}, not 'gaussian' or 'laplace'")
+        if set(b) != ({"epsilon"} if noise == "laplace" else {"beta", "source", "delta"}):
+            raise _refuse(path, f"budget {sorted(b)} does not fit noise {noise!r}")
         budget = PureBudget(float(b["epsilon"])) if noise == "laplace" else Budget(b["beta"], b["source"], b["delta"])
         implicit = ImplicitWorkload.from_workload(workload)
         stored = f["groups"]

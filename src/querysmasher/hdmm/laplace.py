@@ -53,6 +53,8 @@ __all__ = [
 
 MAX_MARGINALS = 1024
 DEFAULT_MAX_SWEEPS = 50
+DEFAULT_STARTS = 8  # L-BFGS-B starts per explicit OPT_0 solve: p-Identity objectives have local minima
+DEFAULT_BLOCK_STARTS = 2  # random starts per OPT_⊗ block solve, besides the current Θ_i (many solves)
 DEFAULT_TOL = 1e-6  # stop OPT_⊗ when a sweep lowers the error by less than this fraction
 _NORM_ATOL = 1e-9
 _LBFGS = {"maxiter": 1000, "ftol": 1e-10}
@@ -219,9 +221,9 @@ def _objective(flat: np.ndarray, g: np.ndarray, p: int) -> tuple[float, np.ndarr
     return value, grad.ravel()
 
 
-def opt_0(g: np.ndarray, *, rng: np.random.Generator, p: int | None = None, restarts: int = 1, init: np.ndarray | None = None) -> np.ndarray:
+def opt_0(g: np.ndarray, *, rng: np.random.Generator, p: int | None = None, restarts: int = DEFAULT_STARTS, init: np.ndarray | None = None) -> np.ndarray:
     """Θ (p x n) of the best p-Identity strategy found for Gram ``g``: L-BFGS-B from ``init`` (if
-    given) and from ``restarts`` uniform random starts."""
+    given) and uniform random starts, ``restarts`` runs in all, and Θ = 0 (the identity)."""
     n = g.shape[0]
     p = default_p(n) if p is None else p
     g = g / np.trace(g)
@@ -244,44 +246,83 @@ def _traces(grams: tuple[np.ndarray, ...], a: np.ndarray) -> np.ndarray:
     return np.array([float(np.sum(gr * xinv)) for gr in grams])
 
 
-def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, p: int | None = None,
+class _KronState:
+    """Per-attribute p-Identity parameters Θ_i of one Kronecker strategy and their traces tr(G_i,f X_i^-1)."""
+
+    def __init__(self, workload: ImplicitWorkload, thetas: dict[int, np.ndarray]):
+        self.w, self.thetas = workload, dict(thetas)
+        self.traces = {i: _traces(workload.grams[i], p_identity(t)) for i, t in self.thetas.items()}
+
+    def term_errors(self) -> np.ndarray:
+        e = self.w.weights.copy()
+        for i, t in self.traces.items():
+            e *= t[self.w.index[:, i]]
+        return e
+
+    def surrogate(self, i: int, e: np.ndarray) -> np.ndarray:
+        """Ĝ_i = Σ_f (Σ_{j: F_ji = f} e_j / tr(G_i,f X_i^-1)) G_i,f: its error under Θ_i is the total error."""
+        coef = np.bincount(self.w.index[:, i], weights=e, minlength=len(self.w.grams[i])) / self.traces[i]
+        return sum(c * gr for c, gr in zip(coef, self.w.grams[i]) if c > 0)
+
+
+class _BlockSolver:
+    """OPT_0 from the current Θ_i and ``starts`` random points; equal (surrogate, Θ_i) pairs share one solve."""
+
+    def __init__(self, rng: np.random.Generator, starts: int):
+        self.rng, self.starts, self._solved = rng, starts, {}
+
+    def __call__(self, g: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        key = np.round(g / np.trace(g), 12).tobytes() + theta.tobytes()
+        if key not in self._solved:
+            self._solved[key] = opt_0(g, rng=self.rng, p=theta.shape[0], init=theta, restarts=1 + self.starts)
+        return self._solved[key]
+
+
+def _sweep_jacobi(state: _KronState, solve: _BlockSolver) -> _KronState:
+    e = state.term_errors()
+    return _KronState(state.w, {i: solve(state.surrogate(i, e), t) for i, t in state.thetas.items()})
+
+
+def _sweep_gauss_seidel(state: _KronState, solve: _BlockSolver) -> _KronState:
+    out = _KronState(state.w, state.thetas)
+    for i in list(out.thetas):
+        theta = solve(out.surrogate(i, out.term_errors()), out.thetas[i])
+        out.thetas[i], out.traces[i] = theta, _traces(out.w.grams[i], p_identity(theta))
+    return out
+
+
+def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, p: int | None = None, starts: int = DEFAULT_BLOCK_STARTS,
              max_sweeps: int = DEFAULT_MAX_SWEEPS, tol: float = DEFAULT_TOL, **_ignored) -> LaplaceStrategy:
-    """OPT_⊗ with p-Identity factors: the best of ``restarts`` block-coordinate runs from random Θ."""
+    """OPT_⊗ with p-Identity factors: the best of ``restarts`` block-coordinate runs from random Θ.
+
+    Each block minimiser is OPT_0 on the surrogate from the current Θ_i and ``starts`` random points.
+    All blocks are first minimised from the same iterate (Jacobi), so exchangeable attributes share one
+    solve; a Jacobi sweep that does not lower the error is replaced by a sequential (Gauss-Seidel) one,
+    which cannot raise it (every block solve includes the current Θ_i).
+    """
     active = workload.active()
     fixed = {i: np.ones((1, n)) for i, n in enumerate(workload.sizes) if i not in active}
-    best: tuple[float, dict] | None = None
+    solve = _BlockSolver(rng, starts)
+    best: tuple[float, _KronState] | None = None
     for _ in range(max(1, restarts)):
-        # exchangeable attributes (same size) start equal: on symmetric workloads they stay equal
+        # exchangeable attributes (same size) start equal, so Jacobi sweeps keep sharing their solves
         inits = {n: rng.uniform(0, 1, (default_p(n) if p is None else p, n)) for n in sorted({workload.sizes[i] for i in active})}
-        thetas = {i: inits[workload.sizes[i]] for i in active}
-        traces = {i: _traces(workload.grams[i], p_identity(thetas[i])) for i in active}
-
-        def term_errors() -> np.ndarray:
-            e = workload.weights.copy()
-            for i in active:
-                e *= traces[i][workload.index[:, i]]
-            return e
-
-        err = float(term_errors().sum())
+        state = _KronState(workload, {i: inits[workload.sizes[i]] for i in active})
+        err = float(state.term_errors().sum())
         for _ in range(max_sweeps):
-            before = err
-            solved: dict[bytes, np.ndarray] = {}
-            for i in active:  # Gauss-Seidel: each block minimiser never raises the error
-                e = term_errors()
-                coef = np.bincount(workload.index[:, i], weights=e, minlength=len(workload.grams[i])) / traces[i]
-                surrogate = sum(c * gr for c, gr in zip(coef, workload.grams[i]) if c > 0)
-                key = np.round(surrogate / np.trace(surrogate), 12).tobytes() + thetas[i].tobytes()
-                if key not in solved:
-                    solved[key] = opt_0(surrogate, rng=rng, init=thetas[i], restarts=1)
-                t = _traces(workload.grams[i], p_identity(solved[key]))
-                if float((e / traces[i][workload.index[:, i]] * t[workload.index[:, i]]).sum()) <= float(e.sum()):
-                    thetas[i], traces[i] = solved[key], t
-            err = float(term_errors().sum())
-            if before - err <= tol * err:
+            nxt = _sweep_jacobi(state, solve)
+            new_err = float(nxt.term_errors().sum())
+            if new_err > err:
+                nxt = _sweep_gauss_seidel(state, solve)
+                new_err = float(nxt.term_errors().sum())
+            if new_err > err:
+                break
+            state, improvement, err = nxt, err - new_err, new_err
+            if improvement <= tol * err:
                 break
         if best is None or err < best[0]:
-            best = (err, dict(thetas))
-    return LaplaceStrategy.single(tuple(fixed[i] if i in fixed else p_identity(best[1][i]) for i in range(len(workload.sizes))))
+            best = (err, state)
+    return LaplaceStrategy.single(tuple(fixed[i] if i in fixed else p_identity(best[1].thetas[i]) for i in range(len(workload.sizes))))
 
 
 def opt_plus(workload: ImplicitWorkload, groups, **options) -> list[LaplaceStrategy]:

@@ -175,7 +175,7 @@ def plan_hdmm(
         if implicit.cells <= explicit_cells:
             merged = implicit.merged()
             if laplace:
-                strategy = LaplaceStrategy.single((l1.p_identity(l1.opt_0(merged.dense_gram(), rng=rng, restarts=restarts)),))
+                strategy = LaplaceStrategy.single((l1.p_identity(l1.opt_0(merged.dense_gram(), rng=rng)),))
             else:
                 strategy = KronStrategy.single((solve(merged.dense_gram()),))
             candidates["opt0"] = (HDMMGroup(everything, strategy, float(strategy.term_variances(merged).sum())),)
