@@ -54,6 +54,20 @@ def _budget(args: argparse.Namespace) -> Budget:
     return Budget.from_beta(beta, report_delta)
 
 
+def _pure_budget(args: argparse.Namespace):
+    """--noise laplace: pure epsilon-DP, hdmm only."""
+    if args.method != "hdmm":
+        raise InputError("--noise", "laplace", f"method {args.method} is a Gaussian mechanism (zCDP); only hdmm supports Laplace noise")
+    given = [f"--{n}" for n in ("beta", "rho", "mu", "delta") if getattr(args, n) is not None]
+    if given:
+        raise InputError("--noise laplace", " ".join(given), "takes only --epsilon (pure epsilon-DP, delta = 0)")
+    if args.epsilon is None:
+        raise InputError("--noise laplace", "", "needs --epsilon")
+    from .hdmm.laplace import PureBudget
+
+    return PureBudget(args.epsilon)
+
+
 def _add_budget(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("privacy budget (one of; default --beta 1)")
     g.add_argument("--beta", type=float, help="privacy cost: max diagonal of sum B^T Sigma^-1 B")
@@ -85,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view solved densely (default 2500)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an option of the method's solver (repeatable; the value is read as a YAML scalar), e.g. a plugin's")
+    p.add_argument("--noise", choices=("gaussian", "laplace"), default="gaussian",
+                   help="hdmm only: gaussian (default; zCDP) or laplace (pure epsilon-DP, HDMM as its paper defines it; give --epsilon only)")
     _add_budget(p)
 
     m = sub.add_parser("measure", parents=[common], help="run the plan's mechanisms on the records (the only step that reads data)")
@@ -143,7 +159,7 @@ def _plan(args: argparse.Namespace) -> int:
     methods = sorted(SOLVERS) + ["hdmm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
-    budget = _budget(args)
+    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args)
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -170,7 +186,10 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
-        print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
+        if s.get("noise") == "laplace":
+            print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
+        else:
+            print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
     return 0
 
 

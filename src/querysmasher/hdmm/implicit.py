@@ -37,6 +37,7 @@ from ..errors import InputError
 from ..families import gram_1d
 from ..linalg import kron_apply, kron_dense, pinv_psd, psd_power
 from ..workload import Workload
+from .noise import gaussian_noise
 
 __all__ = ["TOTAL", "ImplicitWorkload", "KronStrategy", "sym_sqrt"]
 
@@ -189,8 +190,16 @@ class KronStrategy:
         out = []
         for row, w in zip(self.index, self.weights):
             y = math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes)
-            out.append(y + noise_sd * rng.standard_normal(y.shape))
+            out.append(gaussian_noise(y, noise_sd, rng))
         return tuple(out)
+
+    def pinv_apply(self, v: np.ndarray) -> np.ndarray:
+        """X^+ v = Σ_b κ_b^-1 ⊗_i M_i^+ v (the blocks are orthogonal)."""
+        x = np.zeros(math.prod(self.sizes))
+        for row, w in zip(self.index, self.weights):
+            roots = [self._roots[i][h][1] for i, h in enumerate(row)]
+            x += kron_apply(roots, kron_apply(roots, v, self.sizes), self.sizes) / w
+        return x
 
     def estimate(self, ys: tuple[np.ndarray, ...]) -> np.ndarray:
         """Least squares x̂ = X^+ A^T y = Σ_b A_b^+ y_b (the blocks are orthogonal)."""
