@@ -70,13 +70,12 @@ def exp_path(name, wildcards):
 
 
 def workload_inputs(wildcards):
-    """Files a workload spec reads: a schema file and custom query files (if any)."""
+    """Files a workload spec reads: a schema file, a workload file and custom query files (if any)."""
+    from querysmasher.workload import workload_input_files
+
     e = experiment_of(wildcards)
     files = [e.schema_spec] if os.path.isfile(e.schema_spec) else []
-    for term in e.workload.split("+"):
-        if term.startswith("custom:"):
-            files.append(term[len("custom:"):].split("@")[0])
-    return files
+    return files + workload_input_files(e.workload)
 
 
 # --------------------------------------------------------------------------- after the checkpoint
