@@ -13,7 +13,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from querysmasher.errors import InputError
-from querysmasher.pipeline import datasets, layout
+from querysmasher.pipeline import datasets, hdmm_steps, layout
 from querysmasher.pipeline.config import check_config, format_validation_error
 from querysmasher.pipeline.fingerprint import library_fingerprint
 
@@ -25,12 +25,17 @@ except WorkflowError:
 
 try:
     EXPERIMENTS = check_config(config)
+    # experiments whose method cannot plan their workload (HDMM on non-product families): a config
+    # error, or -- with `unsupported: skip` -- set aside (the paper's tables print NI for them)
+    EXPERIMENTS, UNSUPPORTED = hdmm_steps.set_aside_unsupported(EXPERIMENTS, config["unsupported"])
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
 R = layout.RESULTS
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
+# per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
+RELEASES = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 

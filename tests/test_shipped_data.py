@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from querysmasher import stages
+from querysmasher.pipeline.datasets import resolve_data_source
 from querysmasher.data import load_records
 from querysmasher.schema import parse_schema
 
@@ -31,7 +31,7 @@ def test_configs_read_data_from_inside_the_repository(config):
 def test_default_config_reads_the_shipped_adult_records(adult_data, monkeypatch):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     monkeypatch.chdir(REPO)  # the workflow runs from the repository root
-    src = stages.data_source(cfg["schemas"]["adult"]["data"])
+    src = resolve_data_source(cfg["schemas"]["adult"]["data"])
     assert src["kind"] == "csv" and Path(src["path"]).resolve() == (adult_data / "adult.csv").resolve()
     records = load_records(src["path"], parse_schema("adult"))
     assert records.codes.shape == (48_842, 14)
@@ -49,4 +49,4 @@ def test_shipped_files_match_the_checksums_in_their_readme(adult_data):
 def test_without_the_file_the_default_config_falls_back_to_synthetic(tmp_path, monkeypatch):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)  # a folder without data/
-    assert stages.data_source(cfg["schemas"]["adult"]["data"])["kind"] == "synthetic"
+    assert resolve_data_source(cfg["schemas"]["adult"]["data"])["kind"] == "synthetic"

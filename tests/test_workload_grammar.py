@@ -202,16 +202,17 @@ def test_cli_plans_a_workload_file_and_names_unknown_attributes(tmp_path):
 
 
 def test_workflow_grid_accepts_a_workload_file(tmp_path):
-    from querysmasher import stages
+    from querysmasher.pipeline.config import check_config
+    from querysmasher.pipeline.steps import read_workload_file, write_workload_file
 
     good = _write(tmp_path, "- {family: hybrid, k: 1}\n- {family: affine, attributes: [income, age]}\n")
     bad = _write(tmp_path, "- {family: abs, attributes: [income, agee]}\n", "bad.yaml")
     cfg = {"grid": [{"schemas": ["cps"], "workloads": [good], "methods": ["rp"]}], "release": False}
-    (e,) = stages.check_config(cfg).values()
+    (e,) = check_config(cfg).values()
     assert e.workload == good
-    out = stages.write_workload_file(tmp_path / "workload.h5", "cps", good)
+    out = write_workload_file(tmp_path / "workload.h5", "cps", good)
     assert out["workload"] == "hybrid:1+affine:(income,age)" and out["queries"] == 163 + 149
-    assert stages.read_workload_file(tmp_path / "workload.h5").spec == out["workload"]
+    assert read_workload_file(tmp_path / "workload.h5").spec == out["workload"]
     cfg["grid"][0]["workloads"] = [bad]
     with pytest.raises(InputError, match="bad.yaml term 1.*unknown attribute 'agee'"):
-        stages.check_config(cfg)
+        check_config(cfg)

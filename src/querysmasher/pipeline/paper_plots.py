@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from ..atomic import atomic_path
 
 __all__ = ["FIGURES", "plot_table"]
 
@@ -21,16 +21,8 @@ _COLORS = {"rp": "tab:gray", "rpplus": "tab:orange", "hdmm": "tab:purple", "wff"
 
 
 def _save(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _rmse_panels(df, panel: str, x: str, title: str, path: Path) -> None:

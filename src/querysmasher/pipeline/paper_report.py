@@ -26,8 +26,8 @@ import math
 import re
 from pathlib import Path
 
-from .paper import METHOD_COLUMNS, PaperFigures, load_paper_figures
-from .schema import BUILTIN_SCHEMAS
+from ..atomic import write_text
+from ..paper import METHOD_COLUMNS, PaperFigures, load_paper_figures
 
 __all__ = ["RMSE_TABLES", "TIMING_TABLES", "METHOD_ORDER", "row_keys", "not_measurable", "paper_table", "table_markdown",
            "write_paper_outputs", "CAPTIONS"]
@@ -66,8 +66,8 @@ def not_measurable(method: str, schema_spec: str) -> bool:
     HDMM above its full-data-vector limit."""
     if method != "hdmm":
         return False
-    from .hdmm.plan import MAX_DOMAIN_CELLS
-    from .schema import parse_schema
+    from ..hdmm.plan import MAX_DOMAIN_CELLS
+    from ..schema import parse_schema
 
     return parse_schema(schema_spec).domain_cells() > MAX_DOMAIN_CELLS
 
@@ -233,27 +233,11 @@ def write_paper_outputs(table: int, metrics: list[dict], unsupported: list[dict]
                         figure_paths: dict | None = None, figs: PaperFigures | None = None) -> dict:
     """Write ``table{N}.csv`` and ``.md`` (and the table's figures) atomically."""
     df = paper_table(table, metrics, unsupported, labels, figs)
-    _write_text(Path(csv_path), df.to_csv(index=False))
-    _write_text(Path(md_path), table_markdown(table, df))
+    write_text(Path(csv_path), df.to_csv(index=False))
+    write_text(Path(md_path), table_markdown(table, df))
     if figure_paths:
         from .paper_plots import plot_table
 
         plot_table(table, df, figure_paths)
     return {"table": table, "rows": len(df)}
 
-
-def _write_text(path: Path, text: str) -> None:
-    """Through a temporary file in the same folder, renamed into place."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
