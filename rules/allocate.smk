@@ -1,5 +1,6 @@
 # Stage 4: allocate the budget over the residual views -> plan.h5 + plan.json (predicted RMSE,
 # certified lower bound when every view is certified, privacy as beta / rho / mu / (eps, delta)).
+# HDMM (no decomposition, no solves) runs its whole-workload optimisers here (hdmm_steps).
 
 
 rule allocate:
@@ -22,7 +23,7 @@ rule allocate:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=lambda wc: 4000 if experiment_of(wc).method == "hdmm" else 2000,  # HDMM optimises the whole workload here
+        runtime=lambda wc: 120 if experiment_of(wc).method == "hdmm" else 30,
     script:
         "../scripts/allocate.py"

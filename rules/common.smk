@@ -13,7 +13,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from querysmasher.errors import InputError
-from querysmasher.pipeline import datasets, layout
+from querysmasher.pipeline import datasets, hdmm_steps, layout
 from querysmasher.pipeline.config import check_config, format_validation_error
 from querysmasher.pipeline.fingerprint import library_fingerprint
 
@@ -25,12 +25,17 @@ except WorkflowError:
 
 try:
     EXPERIMENTS = check_config(config)
+    # experiments whose method cannot plan their workload (HDMM on non-product families): a config
+    # error, or -- with `unsupported: skip` -- set aside (the paper's tables print NI for them)
+    EXPERIMENTS, UNSUPPORTED = hdmm_steps.set_aside_unsupported(EXPERIMENTS, config["unsupported"])
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
 R = layout.RESULTS
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
+# per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
+RELEASES = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 
@@ -70,13 +75,12 @@ def exp_path(name, wildcards):
 
 
 def workload_inputs(wildcards):
-    """Files a workload spec reads: a schema file and custom query files (if any)."""
+    """Files a workload spec reads: a schema file, a workload file and custom query files (if any)."""
+    from querysmasher.workload import workload_input_files
+
     e = experiment_of(wildcards)
     files = [e.schema_spec] if os.path.isfile(e.schema_spec) else []
-    for term in e.workload.split("+"):
-        if term.startswith("custom:"):
-            files.append(term[len("custom:"):].split("@")[0])
-    return files
+    return files + workload_input_files(e.workload)
 
 
 # --------------------------------------------------------------------------- after the checkpoint

@@ -7,7 +7,10 @@
 - :mod:`.datasets`: data sources, seeded synthetic records, loading;
 - :mod:`.steps`: the file-level function each rule script calls;
 - :mod:`.evaluate`: metrics of one experiment;
-- :mod:`.report`: aggregate tables and figures of the grid.
+- :mod:`.report`: aggregate tables and figures of the grid;
+- :mod:`.hdmm_steps`: HDMM (a whole-workload baseline) through the same rules; unsupported
+  method/workload pairs (the paper's NI) and HDMM's release limit (the paper's *);
+- :mod:`.paper_report`, :mod:`.paper_plots`: the paper's tables and figures beside ours.
 
 Rules only wire files together; ``scripts/*.py`` call one function of :mod:`.steps`,
 :mod:`.evaluate` or :mod:`.report` each. Modules import the numeric libraries where they are used,

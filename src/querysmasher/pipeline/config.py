@@ -106,6 +106,7 @@ def check_config(config: dict) -> dict[str, Experiment]:
     from ..schema import parse_schema
     from ..solvers import SOLVERS
     from ..workload import parse_workload
+    from .hdmm_steps import WHOLE_WORKLOAD_METHODS
 
     experiments = expand_grid(config)
     delta = config.get("delta")
@@ -113,8 +114,9 @@ def check_config(config: dict) -> dict[str, Experiment]:
     parsed: dict[tuple[str, bool], object] = {}
     done: set[tuple] = set()
     for e in experiments.values():
-        if e.method not in SOLVERS:
-            raise InputError("config grid method", e.method, f"has no solver in this querysmasher (available: {', '.join(sorted(SOLVERS))})")
+        if e.method not in SOLVERS and e.method not in WHOLE_WORKLOAD_METHODS:
+            known = sorted([*SOLVERS, *WHOLE_WORKLOAD_METHODS])
+            raise InputError("config grid method", e.method, f"has no solver in this querysmasher (available: {', '.join(known)})")
         sk = (e.schema_spec, e.all_numeric)
         if sk not in parsed:
             try:
