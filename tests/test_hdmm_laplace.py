@@ -14,7 +14,7 @@ from querysmasher.errors import InputError
 from querysmasher.families import gram_1d
 from querysmasher.hdmm import LaplaceStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
-from querysmasher.hdmm.laplace import opt_0, p_identity
+from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
 from querysmasher.schema import parse_schema
 
 EPS = 0.7
