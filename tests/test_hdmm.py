@@ -1,4 +1,4 @@
-"""HDMM (Gaussian): Table 4 figures, optimality facts, and brute force over the full domain."""
+"""HDMM (Gaussian): Table 4 figures, optimality facts, brute force over the full domain, plan files (both noises)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from bruteforce import marginal_map, pinv, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
-from querysmasher.hdmm import KronStrategy, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.implicit import ImplicitWorkload
 from querysmasher.plan import make_plan
 from querysmasher.schema import parse_schema
@@ -177,19 +177,24 @@ def test_implicit_workload_gram_is_the_explicit_one(schema):
 
 _LOAD_WITHOUT_OPTIMISER = """
 import json, sys
-import querysmasher.hdmm.optimize as o, querysmasher.hdmm.plan as p, querysmasher.solvers.sdp as sdp
+import scipy.optimize
+import querysmasher.hdmm.optimize as o, querysmasher.hdmm.optimize_laplace as l1, querysmasher.hdmm.plan as p, querysmasher.solvers.sdp as sdp
 def forbidden(*a, **k):
     raise AssertionError("the optimiser ran")
-for mod, name in [(o, "opt_0"), (o, "opt_kron"), (o, "opt_plus"), (o, "opt_marginals"), (p, "plan_hdmm"), (sdp, "solve_dense")]:
+for mod in (o, l1):
+    for name in ("opt_0", "opt_kron", "opt_plus", "opt_marginals"):
+        setattr(mod, name, forbidden)
+for mod, name in [(p, "plan_hdmm"), (sdp, "solve_dense"), (l1, "minimize"), (scipy.optimize, "minimize")]:
     setattr(mod, name, forbidden)
 from querysmasher.hdmm.files import load_hdmm_plan
 plan = load_hdmm_plan(sys.argv[1])
-print(json.dumps({"total_variance": plan.total_variance, "optimizer": plan.optimizer, "groups": len(plan.groups)}))
+print(json.dumps({"total_variance": plan.total_variance, "optimizer": plan.optimizer, "groups": len(plan.groups), "noise": plan.noise}))
 """
 
 
 @pytest.mark.parametrize("optimizer, spec", [("kron", "prefix:1,2"), ("plus", "range:1+prefix:2"), ("marginals", "marginal:1,2"), ("opt0", "hybrid:1,2")])
-def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_path, optimizer, spec):
+@pytest.mark.parametrize("budget", [Budget.from_rho(0.5), PureBudget(0.5)], ids=["gaussian", "laplace"])
+def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_path, optimizer, spec, budget):
     import json
     import os
     import subprocess
@@ -197,14 +202,14 @@ def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_
 
     from querysmasher.hdmm.files import save_hdmm_plan
 
-    plan = plan_hdmm(schema, spec, Budget.from_rho(0.5), optimizers=(optimizer,), restarts=2, seed=5)
+    plan = plan_hdmm(schema, spec, budget, optimizers=(optimizer,), restarts=2, seed=5)
     path = tmp_path / "plan.h5"
     save_hdmm_plan(plan, path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     r = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_OPTIMISER, str(path)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     loaded = json.loads(r.stdout)
-    assert loaded == {"total_variance": pytest.approx(plan.total_variance, rel=1e-12), "optimizer": optimizer, "groups": len(plan.groups)}
+    assert loaded == {"total_variance": pytest.approx(plan.total_variance, rel=1e-12), "optimizer": optimizer, "groups": len(plan.groups), "noise": plan.noise}
 
 
 def _tamper(path, edit):

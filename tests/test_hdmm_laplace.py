@@ -14,7 +14,7 @@ from querysmasher.errors import InputError
 from querysmasher.families import gram_1d
 from querysmasher.hdmm import LaplaceStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
-from querysmasher.hdmm.laplace import opt_0, p_identity
+from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
 from querysmasher.schema import parse_schema
 
 EPS = 0.7
@@ -72,6 +72,24 @@ def test_l1_sensitivity_of_the_applied_operator_by_brute_force(schema, plans, op
         worst = max(worst, sum(float(np.abs(y).sum()) / s for y, s in zip(blocks, rec.scales)))
     assert worst <= EPS * (1 + 1e-9)
     assert worst >= EPS * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("optimizer, spec, grouping", CASES)
+def test_expected_error_equals_the_explicit_one(schema, plans, optimizer, spec, grouping):
+    """2 b_g^2 Σ_v w_v ||Q_v A_g^+||_F^2 over groups, from the explicit strategy rows, equals the
+    implicitly computed total variance; every view is answerable from its group's strategy."""
+    plan = plans[optimizer, spec]
+    total = 0.0
+    for g, b in zip(plan.groups, plan.allocation.scales):
+        a = g.strategy.dense()
+        assert np.abs(a).sum(axis=0).max() == pytest.approx(g.strategy.sensitivity(), rel=1e-12)
+        a_pinv = np.linalg.pinv(a)
+        for j in g.views:
+            v = plan.workload.views[j]
+            q = view_queries(plan.workload, v) @ marginal_map(schema.sizes, v.attrs)
+            assert np.allclose(q @ a_pinv @ a, q, atol=1e-8)
+            total += 2 * b**2 * v.weight * float(np.sum((q @ a_pinv) ** 2))
+    assert total == pytest.approx(plan.total_variance, rel=1e-9)
 
 
 @pytest.mark.parametrize("optimizer, spec, grouping", CASES)

@@ -1,7 +1,7 @@
 r"""HDMM: choose a strategy for the whole workload, predict its error, and (on small domains) measure
 and reconstruct, with Gaussian noise (a :class:`~querysmasher.accounting.Budget`, zCDP) or, as the
 HDMM paper defines it, Laplace noise (a :class:`~.laplace.PureBudget`, pure ε-DP; optimisers of
-:mod:`.laplace`).
+:mod:`.optimize_laplace`).
 
 :func:`plan_hdmm` runs the applicable optimisers and keeps the one with the lowest expected error:
 
@@ -46,9 +46,9 @@ from ..families import query_matrix_1d
 from ..linalg import kron_apply
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
-from . import laplace as l1
+from . import optimize_laplace as l1
 from .implicit import ImplicitWorkload, KronStrategy
-from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget
+from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget, laplace_allocation
 from .noise import laplace_noise
 from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_kron, opt_marginals, opt_plus
 
@@ -127,7 +127,7 @@ def _group(implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy
 
 def _allocation(errors: list[float], strategies, budget: Budget | PureBudget) -> Allocation | LaplaceAllocation:
     if isinstance(budget, PureBudget):
-        return l1.laplace_allocation(errors, [s.sensitivity() for s in strategies], budget.epsilon)
+        return laplace_allocation(errors, [s.sensitivity() for s in strategies], budget.epsilon)
     return allocate(errors, budget.beta)
 
 
@@ -150,7 +150,7 @@ def plan_hdmm(
     factors drawn with ``seed``); ``optimizers`` restricts the candidates (those not applicable to
     the workload are skipped); ``target_gap`` is the certified gap of every OPT_0 solve;
     ``all_numeric`` is as in :func:`querysmasher.plan.make_plan`. A :class:`~.laplace.PureBudget`
-    selects Laplace noise and the L1 optimisers of :mod:`.laplace` (p-Identity factors, random starts).
+    selects Laplace noise and the L1 optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
     if isinstance(schema, str):
