@@ -157,7 +157,10 @@ def _measure(args: argparse.Namespace) -> int:
         plan = load_hdmm_plan(args.plan)
         check_measurable(plan)  # before any record is read
     else:
+        from .measure import check_budget
+
         plan = load_plan(args.plan)
+        check_budget(plan)  # the privacy cost of what will be applied, before any record is read
     schema = plan.schema
     if args.schema:
         given = parse_schema(args.schema)

@@ -32,7 +32,7 @@ from .linalg import kron_apply, psd_power, single_threaded_blas
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
-__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
+__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng", "applied_mechanism", "check_budget"]
 
 
 class _Roots:
@@ -79,6 +79,38 @@ def sqrt_apply(mech: ViewMechanism, x: np.ndarray) -> np.ndarray:
 def pinv_sqrt_apply(mech: ViewMechanism, y: np.ndarray) -> np.ndarray:
     """(X^+)^(1/2) y: the least-squares estimate of the view's vector from y = X^(1/2) x + noise."""
     return _roots(mech).apply(y, inverse=True)
+
+
+def applied_mechanism(mech: ViewMechanism) -> ViewMechanism:
+    """The mechanism :func:`sqrt_apply` really applies, as a ViewMechanism of the same kind.
+
+    For kron and dense mechanisms that is S^T S with S the (eigen-truncated, symmetrised) square
+    root measure uses, so a non-PSD or non-symmetric stored X is charged for what is released; a
+    fourier mechanism must have finite, non-negative weights (the applied operator is then X, or
+    its real part, which costs no more). Unknown kinds are returned as stored. Malformed arrays
+    (wrong shapes, NaN) are an InputError.
+    """
+    for m in mech.mats:
+        if not np.all(np.isfinite(m)):
+            raise InputError("plan mechanism", mech.kind, "holds a NaN or infinite entry")
+    if mech.kind in ("kron", "dense"):
+        shapes = [(n, n) for n in mech.sizes] if mech.kind == "kron" else [(mech.cells, mech.cells)]
+        if [tuple(m.shape) for m in mech.mats] != shapes:
+            raise InputError("plan mechanism", mech.kind, f"has matrices of shapes {[m.shape for m in mech.mats]}, expected {shapes}")
+        return ViewMechanism(mech.kind, mech.sizes, tuple(r @ r for r in _roots(mech).sqrt))
+    if mech.kind == "fourier":
+        w = mech.mats[0]
+        if tuple(w.shape) != tuple(mech.sizes) or np.any(w < 0):
+            raise InputError("plan mechanism", "fourier", f"weights must be non-negative over shape {mech.sizes}")
+    return mech
+
+
+def check_budget(plan: Plan) -> float:
+    """Recompute the plan's privacy cost from the operators measure applies; refuse it (InputError)
+    when it exceeds the plan's budget. Called before any record is read."""
+    from .accounting import check_plan_budget
+
+    return check_plan_budget(plan, applied_mechanism)
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, bool]:
@@ -155,8 +187,10 @@ def measured_views(plan: Plan) -> np.ndarray:
 def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draws: int | None = None):
     """Yield (view index, y) for every measured view, one view at a time (bounded memory).
 
-    BLAS runs single-threaded while the generator is active (many small products).
+    BLAS runs single-threaded while the generator is active (many small products). The plan's
+    privacy cost is re-checked first (callers should also check before reading the records).
     """
+    check_budget(plan)
     _check_schema(plan, records)
     with single_threaded_blas():
         for i in measured_views(plan):
