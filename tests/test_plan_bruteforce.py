@@ -25,6 +25,8 @@ def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, 
     plan = make_plan(schema, spec, method, budget)
     x = full_privacy_gram(plan)
     assert np.diag(x).max() <= budget.beta * (1 + 1e-9)
+    # The stored Grams are the operators measure applies (sqrt_apply on every unit vector).
+    assert np.allclose(applied_full_privacy_gram(plan), x, rtol=1e-7, atol=1e-9 * budget.beta)
     w, weights = full_workload(plan.workload)
     # Every workload query is estimable: its row lies in the range of X.
     xp = pinv(x)

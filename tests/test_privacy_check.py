@@ -86,3 +86,44 @@ def test_an_edited_mechanism_is_charged_for_what_is_applied_or_refused(capsys, s
     out = tmp_path / "m.h5"
     code, err = _measure(capsys, plan, data, out)
     assert code == 2 and len(err) == 1 and needle in err[0] and not out.exists(), err
+
+
+def _pairs(x):
+    d = np.diag(x)
+    return float((d[:, None] + d[None, :] - 2 * x).max())
+
+
+def test_replace_cost_of_every_kind_is_exact_on_small_views_and_an_upper_bound_on_large_ones():
+    from querysmasher.solvers.base import EXACT_PAIR_CELLS, ViewMechanism
+
+    rng = np.random.default_rng(3)
+
+    def psd(n):
+        a = rng.standard_normal((n, n))
+        return a @ a.T / n
+
+    kron = ViewMechanism("kron", (3, 4), (psd(3), psd(4)))
+    dense = ViewMechanism("dense", (5,), (psd(5),))
+    w = rng.random((4, 6))
+    w = (w + np.roll(np.flip(w, (0, 1)), 1, (0, 1))) / 2  # w(f) = w(-f): a real circulant X
+    fourier = ViewMechanism("fourier", (4, 6), (w,))
+    for m in (kron, dense, fourier):
+        assert m.replace_cost() == pytest.approx(_pairs(m.dense_x()), rel=1e-12)
+        assert m.replace_cost() <= 4 * m.max_diag() * (1 + 1e-12)
+    big = ViewMechanism("kron", (70, 70), (psd(70), psd(70)))
+    assert big.cells > EXACT_PAIR_CELLS
+    assert big.replace_cost() >= _pairs(big.dense_x()) * (1 - 1e-12)
+
+
+def test_plan_records_the_relation_and_hdmm_refuses_replace(capsys, tmp_path):
+    from querysmasher.plan import load_plan
+
+    out = tmp_path / "p.h5"
+    assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "rp", "--neighbours", "replace", "--out", str(out), "--json"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["neighbours"] == "replace"
+    assert load_plan(out).budget.neighbours == "replace"
+    bad = tmp_path / "h.h5"
+    assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "hdmm", "--neighbours", "replace", "--out", str(bad)]) == 2
+    assert "--neighbours" in capsys.readouterr().err and not bad.exists()

@@ -55,6 +55,8 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
     g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
     g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
+    g.add_argument("--neighbours", choices=("add-remove", "replace"), default="add-remove",
+                   help="neighbouring data sets: one record added or removed (default), or one record replaced (the record count is then public)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +113,9 @@ def _plan(args: argparse.Namespace) -> int:
     methods = sorted(SOLVERS) + ["hdmm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
-    budget = _budget(args)
+    budget = _budget(args).with_neighbours(args.neighbours)
+    if args.method == "hdmm" and budget.neighbours != "add-remove":
+        raise InputError("--neighbours", budget.neighbours, "hdmm plans are accounted for add-remove neighbours only")
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -138,7 +142,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
-        print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
+        print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP, {s.get('neighbours', 'add-remove')} neighbours")
     return 0
 
 
