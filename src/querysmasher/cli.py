@@ -1,4 +1,4 @@
-"""Command line: ``querysmasher plan | measure | reconstruct`` (also ``python -m querysmasher``).
+"""Command line: ``querysmasher plan | measure | reconstruct | release`` (also ``python -m querysmasher``).
 
 Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
 no output file is written in that case.
@@ -89,7 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
     r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
     r.add_argument("--max-answers", type=int, default=None, help="write full answer vectors only up to this many queries (default 10,000,000)")
+
+    rel = sub.add_parser("release", help="publish named tables from a release spec (plan, measure with OpenDP noise, reconstruct)")
+    rel.add_argument("spec", help="release spec (YAML): data, domain, tables, budget, neighbours, method")
+    rel.add_argument("--out", required=True, help="new folder for the publishable tables (must not exist or be empty)")
     return parser
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .release import load_release_spec, run_release
+
+    print(json.dumps(run_release(load_release_spec(args.spec), args.out)))
+    return 0
 
 
 def _load_plan(path: str):
@@ -241,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct}[args.command](args)
+        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

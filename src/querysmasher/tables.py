@@ -32,7 +32,7 @@ from .workload import WorkloadView
 
 __all__ = ["mechanism_rank", "cells_estimable", "cell_variances", "write_tables", "MAX_EXPLICIT_CELLS"]
 
-MAX_EXPLICIT_CELLS = 4096  # cell variances of non-Kronecker mechanisms are computed explicitly up to this size
+MAX_EXPLICIT_CELLS = 4096  # cell variances through a non-Kronecker residual mechanism: explicit up to this many cells
 
 
 def mechanism_rank(mech, rtol: float = 1e-9) -> int:
@@ -72,11 +72,12 @@ def cell_variances(plan, attrs: tuple[int, ...]) -> np.ndarray | None:
 
     if not attrs:
         return query_variances(plan, (), np.ones((1, 1)))
-    cells = math.prod(plan.schema.sizes[a] for a in attrs)
-    subs = [s for r in range(len(attrs) + 1) for s in itertools.combinations(attrs, r)]
-    kinds = {plan.solutions[plan.keys[i]].mechanism.kind for i, a in enumerate(plan.views) if a in subs and np.isfinite(plan.allocation.sigma2[i])}
-    if kinds - {"kron"} and cells > MAX_EXPLICIT_CELLS:
-        return None
+    # view_variances is factor-wise for kron residual views and explicit (sub-view cells squared) otherwise.
+    subs = {s for r in range(len(attrs) + 1) for s in itertools.combinations(attrs, r)}
+    for i, a in enumerate(plan.views):
+        if a in subs and np.isfinite(plan.allocation.sigma2[i]) and plan.solutions[plan.keys[i]].mechanism.kind != "kron":
+            if math.prod(plan.schema.sizes[x] for x in a) > MAX_EXPLICIT_CELLS:
+                return None
     return view_variances(plan, WorkloadView(tuple(attrs), "marginal", 1.0, ("marginal",) * len(attrs)))
 
 
@@ -138,7 +139,7 @@ def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed
         var = cell_variances(plan, attrs) if ok else None
         entry = {"view": [plan.schema.names[a] for a in attrs]}
         if not ok or var is None:
-            entry.update(file=None, omitted=why or f"more than {MAX_EXPLICIT_CELLS} cells with a non-Kronecker mechanism: cell variances not computed")
+            entry.update(file=None, omitted=why or f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed")
         else:
             frame = _cell_frame(plan, attrs)
             table = rec.table(attrs)
