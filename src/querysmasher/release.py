@@ -28,7 +28,6 @@ record count, no true answer, no empirical error.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -221,6 +220,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .plan import make_plan
     from .reconstruct import reconstruct
     from .schema import parse_schema
+    from .atomic import write_json
     from .tables import write_tables
 
     out = Path(out)
@@ -259,7 +259,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
             "tables_omitted": sum(1 for t in index["tables"] if not t["file"]),
             "private": "every file here is computed from the noisy measurements only",
         }
-        (tmp / "release.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+        write_json(tmp / "release.json", info)
         os.chmod(tmp, 0o755)
         if out.exists():
             out.rmdir()
