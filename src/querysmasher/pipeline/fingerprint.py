@@ -30,6 +30,7 @@ STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reconstruct": (("querysmasher.reconstruct",), ("steps.reconstruct_to_file",)),
     "evaluate": (("querysmasher.reconstruct", "querysmasher.data"), ("evaluate.evaluate",)),
     "aggregate": ((), ("report.aggregate",)),
+    "release": (("querysmasher.release",), ()),
 }
 
 
