@@ -65,11 +65,18 @@ class NoiseSource:
 
 
 def _opendp_gaussian(sigma: float):
+    """OpenDP's mechanism at noise scale sigma, after checking that OpenDP's own privacy map agrees
+    with the accounting here: rho = d^2 / (2 sigma^2) at L2 sensitivity d = 1 (its rounding
+    relaxation must vanish at double precision, which the budget margin absorbs)."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
-    return dp.m.make_gaussian(*space, scale=sigma)
+    mech = dp.m.make_gaussian(*space, scale=sigma)
+    ours = 1.0 / (2.0 * sigma * sigma)
+    if not mech.map(1.0) <= ours * (1 + 1e-12):
+        raise RuntimeError(f"OpenDP's Gaussian at scale {sigma!r} costs rho {mech.map(1.0)!r} > {ours!r} at unit sensitivity")
+    return mech
 
 
 def make_noise(seed: int | None = None, sampler: str | None = None) -> NoiseSource:
