@@ -8,6 +8,7 @@
 
 import json
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
@@ -32,10 +33,42 @@ except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
 R = layout.RESULTS
+
+
+def _releases():
+    """Release mode: every release spec of the config, checked now; those whose data file is
+    absent are skipped with a warning (like the grid's synthetic fallback, but a release never
+    falls back to other records)."""
+    from querysmasher.release import parse_release_spec, release_workload
+    from querysmasher.schema import parse_schema
+
+    out = {}
+    for name, raw in (config.get("releases") or {}).items():
+        try:
+            spec = parse_release_spec(raw)
+            if not os.path.isfile(spec.data) or not os.path.isfile(spec.domain):
+                print(f"warning: release {name!r} skipped: {spec.data} or {spec.domain} is absent", file=sys.stderr)
+                continue
+            release_workload(spec.tables, parse_schema(spec.domain))  # attribute names, sizes
+        except InputError as exc:
+            raise WorkflowError(f"invalid config: releases.{name}: {exc}") from None
+        out[name] = spec
+    return out
+
+
+RELEASE_SPECS = _releases()
+
+
+def release_spec(wildcards):
+    try:
+        return RELEASE_SPECS[wildcards.name]
+    except KeyError:
+        raise WorkflowError(f"release {wildcards.name!r} is not in the config's releases (or its data is absent)") from None
+
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
 # per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
-RELEASES = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
+MEASURED = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 
@@ -44,6 +77,7 @@ wildcard_constraints:
     key=layout.KEY_PATTERN,
     bid=layout.KEY_PATTERN,
     ns=layout.NS_PATTERN,
+    name=r"[A-Za-z0-9._-]+",
 
 
 def experiment_of(wildcards):
@@ -185,6 +219,10 @@ def experiment_data_source(wildcards):
 
 def experiment_targets():
     return [f"{R}/{name}/metrics.json" for name in sorted(EXPERIMENTS)]
+
+
+def release_targets():
+    return [f"{R}/releases/{name}" for name in sorted(RELEASE_SPECS)]
 
 
 AGGREGATE_TABLES = [f"{R}/tables/experiments.csv", f"{R}/tables/rmse.csv", f"{R}/tables/resources.csv"]

@@ -96,22 +96,26 @@ def _records(plan, data, *, domain=None, on_invalid: str = "error"):
     return validate_records(data, plan.schema, on_invalid=on_invalid)
 
 
-def measure(plan, data, *, seed: int | None = None, domain=None, on_invalid: str = "error"):
+def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error"):
     """Run the plan's mechanisms on records (a pandas DataFrame with one integer-code column per
     attribute, a CSV/Parquet path, or :class:`~querysmasher.data.Records`): the release.
 
-    Noise comes from the operating system's entropy; ``seed`` fixes it for experiments only (the
-    release is then marked as seeded)."""
-    from .measure import make_rng
+    The privacy cost is re-checked before the records are read. Noise comes from OpenDP's
+    floating-point-safe sampler with the operating system's entropy; ``seed`` switches to numpy's
+    seeded generator for experiments only (the release is then marked as seeded); see
+    :func:`querysmasher.noise.make_noise`."""
+    from .measure import check_budget
     from .measure import measure as measure_records
+    from .noise import make_noise
 
+    check_budget(plan)
+    noise = make_noise(seed, sampler)
     records = _records(plan, data, domain=domain, on_invalid=on_invalid)
     if records.dropped:
         log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
-    rng, seeded = make_rng(seed)
-    if seeded:
+    if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
-    meas = measure_records(plan, records, rng, seeded=seeded)
+    meas = measure_records(plan, records, noise, seeded=noise.seeded)
     meas.plan = plan
     return meas
 

@@ -1,4 +1,4 @@
-"""Command line: ``querysmasher plan | measure | reconstruct`` (also ``python -m querysmasher``).
+"""Command line: ``querysmasher plan | measure | reconstruct | release`` (also ``python -m querysmasher``).
 
 Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
 no output file is written in that case. Results go to stdout; log lines go to stderr: warnings by
@@ -75,6 +75,8 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
     g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
     g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
+    g.add_argument("--neighbours", choices=("add-remove", "replace"), default="add-remove",
+                   help="neighbouring data sets: one record added or removed (default), or one record replaced (the record count is then public)")
 
 
 def _output_flags() -> argparse.ArgumentParser:
@@ -109,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--schema", help="schema of the data (default: the plan's); must match the plan")
     m.add_argument("--domain", help="domain file with per-attribute 'categories' or 'bins' to encode raw values")
     m.add_argument("--on-invalid", choices=("error", "drop"), default="error", help="invalid rows: fail (default) or drop them and report how many")
-    m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (the output is marked as seeded)")
+    m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (numpy sampler; the output is marked as seeded)")
+    m.add_argument("--sampler", choices=("opendp", "numpy"), help="Gaussian sampler: opendp (default without --seed: floating-point safe, OS entropy) or numpy (fast; the only one with --seed)")
     m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
 
     r = sub.add_parser("reconstruct", parents=[common], help="answer every workload query, with its variance")
@@ -118,7 +121,30 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
     r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
     r.add_argument("--max-answers", type=int, default=None, help="write full answer vectors only up to this many queries (default 10,000,000)")
+
+    rel = sub.add_parser("release", help="publish named tables from a release spec (plan, measure with OpenDP noise, reconstruct)")
+    rel.add_argument("spec", help="release spec (YAML): data, domain, tables, budget, neighbours, method")
+    rel.add_argument("--out", required=True, help="new folder for the publishable tables (must not exist or be empty)")
     return parser
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .release import load_release_spec, run_release
+
+    print(json.dumps(run_release(load_release_spec(args.spec), args.out)))
+    return 0
+
+
+def _load_plan(path: str):
+    """load_plan, with a malformed plan file (missing or mistyped fields) as one InputError."""
+    from .plan import load_plan
+
+    try:
+        return load_plan(path)
+    except InputError:
+        raise
+    except (KeyError, ValueError, TypeError, OSError, IndexError) as exc:
+        raise InputError("--plan", path, f"is not a valid plan file ({type(exc).__name__}: {exc})") from None
 
 
 def _solver_options(args: argparse.Namespace) -> dict:
@@ -159,7 +185,18 @@ def _plan(args: argparse.Namespace) -> int:
     methods = sorted(SOLVERS) + ["hdmm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
-    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args)
+    if args.method == "hdmm" and args.neighbours != "add-remove":
+        raise InputError("--neighbours", args.neighbours, "hdmm plans are accounted for add-remove neighbours only")
+    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args).with_neighbours(args.neighbours)
+    if args.out:
+        from .io import check_writable
+
+        check_writable(args.out)
+    from .schema import check_attribute_sizes, parse_schema
+    from .workload import parse_workload
+
+    schema = parse_schema(args.schema, all_numeric=args.all_numeric)
+    check_attribute_sizes(schema, [a for v in parse_workload(args.workload, schema).views for a in v.attrs])
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -189,17 +226,18 @@ def _plan(args: argparse.Namespace) -> int:
         if s.get("noise") == "laplace":
             print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
         else:
-            print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
+            print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP, {s.get('neighbours', 'add-remove')} neighbours")
     return 0
 
 
 def _measure(args: argparse.Namespace) -> int:
     from .data import load_records
-    from .measure import make_rng, measure_iter, plan_digest, save_measurements
-    from .plan import load_plan
+    from .io import check_writable, read_kind
+    from .measure import measure_iter, plan_digest, save_measurements
+    from .noise import make_noise
     from .schema import parse_schema
 
-    from .io import read_kind
+    check_writable(args.out)
 
     hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
     if hdmm:
@@ -208,7 +246,11 @@ def _measure(args: argparse.Namespace) -> int:
         plan = load_hdmm_plan(args.plan)
         check_measurable(plan)  # before any record is read
     else:
-        plan = load_plan(args.plan)
+        from .measure import check_budget
+
+        plan = _load_plan(args.plan)
+        check_budget(plan)  # the privacy cost of what will be applied, before any record is read
+    noise = make_noise(args.seed, args.sampler)  # bad --seed/--sampler before any record is read
     schema = plan.schema
     if args.schema:
         given = parse_schema(args.schema)
@@ -217,26 +259,28 @@ def _measure(args: argparse.Namespace) -> int:
     records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
     if records.dropped:
         log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
-    rng, seeded = make_rng(args.seed)
+    seeded = noise.seeded
     if seeded:
         log.warning("fixed noise seed: this release is for experiments only")
     if hdmm:
         from .hdmm.files import measure_hdmm_to_file
 
-        measure_hdmm_to_file(plan, records, rng, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
+        measure_hdmm_to_file(plan, records, noise, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
     else:
-        save_measurements(args.out, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(args.plan))
+        save_measurements(args.out, plan, measure_iter(plan, records, noise), seeded=seeded, plan_sha256=plan_digest(args.plan), sampler=noise.sampler)
     return 0
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
+    from .io import check_writable, read_kind
     from .measure import load_measurements, plan_digest
-    from .plan import load_plan
     from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")
-    from .io import read_kind
+    check_writable(args.out)
+    if args.csv:
+        check_writable(Path(args.csv) / "x.csv", "--csv")
 
     if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
         from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
@@ -245,8 +289,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
             raise InputError("--csv", args.csv, "hdmm answers have no per-view tables to write as CSV")
         print(json.dumps(reconstruct_hdmm_to_file(load_hdmm_plan(args.plan), args.measurements, args.out, plan_digest(args.plan))))
         return 0
-    plan = load_plan(args.plan)
-    with load_measurements(args.measurements, plan_digest(args.plan)) as meas:
+    plan = _load_plan(args.plan)
+    with load_measurements(args.measurements, plan_digest(args.plan), plan) as meas:
         rec = reconstruct(plan, meas)
         info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
         if args.csv:
@@ -261,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = level_from_flags(args.verbose, args.quiet)
     configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
-        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct}[args.command](args)
+        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

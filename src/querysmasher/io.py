@@ -27,7 +27,7 @@ from . import __version__
 from .atomic import atomic_path
 from .errors import InputError
 
-__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries"]
+__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries", "check_writable"]
 
 FORMAT_VERSION = 1
 
@@ -63,7 +63,9 @@ def get_json(group: h5py.Group | h5py.Dataset, name: str):
 @contextmanager
 def atomic_h5(path: str | os.PathLike, *, kind: str, exclusive: bool = False) -> Iterator[h5py.File]:
     """Open ``path`` for writing through a temporary file renamed into place on success
-    (:func:`querysmasher.atomic.atomic_path`; ``exclusive``: only if ``path`` is absent)."""
+    (:func:`querysmasher.atomic.atomic_path`; ``exclusive``: only if ``path`` is absent).
+    An output path that cannot be written is an InputError before anything is created."""
+    check_writable(path, "output file")
     with atomic_path(path, exclusive=exclusive) as tmp, h5py.File(tmp, "w", track_order=False) as f:
         f.attrs["kind"] = kind
         f.attrs["format_version"] = FORMAT_VERSION
@@ -112,5 +114,22 @@ def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
 
 
 def read_kind(path: str | os.PathLike) -> str:
-    with h5py.File(path, "r") as f:
-        return str(f.attrs["kind"])
+    """The ``kind`` attribute of a project file (an InputError for anything else)."""
+    try:
+        with h5py.File(path, "r") as f:
+            return str(f.attrs["kind"])
+    except (OSError, KeyError) as exc:
+        raise InputError("file", str(path), f"is not a querysmasher HDF5 file ({type(exc).__name__})") from None
+
+
+def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
+    """Refuse, before any work, an output path whose folder cannot be created or written, or that
+    is an existing folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(field, str(p), "is a folder, not a file path")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(field, str(p), f"cannot be written (folder {str(parent)!r} is not writable)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .accounting import Budget
+from .accounting import Budget, mechanism_cost
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
 from .linalg import MatrixStore
@@ -90,17 +90,24 @@ class Plan(PredictedError):
         return (f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
                 f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
 
-    def measure(self, data, *, seed: int | None = None, domain=None, on_invalid: str = "error"):
+    def measure(self, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error"):
         """The release: this plan's mechanisms run on records (see :func:`querysmasher.api.measure`)."""
         from .api import measure
 
-        return measure(self, data, seed=seed, domain=domain, on_invalid=on_invalid)
+        return measure(self, data, seed=seed, sampler=sampler, domain=domain, on_invalid=on_invalid)
 
 
-def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarray:
-    """Each view's privacy cost at sigma^2 = 1: its mechanism's max diagonal, computed once per key."""
-    per_key = {k: solutions[k].mechanism.max_diag() for k in set(keys)}
-    return np.array([per_key[k] for k in keys], dtype=float)
+def _view_costs(keys: list[str], solutions: dict[str, ViewSolution], neighbours: str = "add-remove") -> np.ndarray:
+    """Each view's privacy cost at sigma^2 = 1 under the neighbouring relation, computed once per key.
+
+    Under ``replace`` a view can cost 0 (the total count is invariant); it is charged a floor of
+    1e-12 times the largest cost so that it is still measured, with finite noise (over-charging is safe).
+    """
+    per_key = {k: mechanism_cost(solutions[k].mechanism, neighbours) for k in set(keys)}
+    costs = np.array([per_key[k] for k in keys], dtype=float)
+    if costs.size:
+        costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
+    return costs
 
 
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
@@ -128,7 +135,7 @@ def assemble_plan(
     losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
     lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
     # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
-    costs = _view_costs(keys, solutions)
+    costs = _view_costs(keys, solutions, budget.neighbours)
     alloc = allocate(losses, budget.beta, costs)
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
@@ -179,7 +186,7 @@ def save_plan(plan: Plan, path) -> None:
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
         put_json(f, "summary", plan.summary())
         put_custom_queries(f, plan.workload.custom)
         v = new_group(f, "views")
@@ -234,7 +241,7 @@ def load_plan(path) -> Plan:
         schema = Schema.from_dict(get_json(f, "schema"))
         workload = parse_workload(str(f.attrs["workload"]), schema, get_custom_queries(f))
         b = get_json(f, "budget")
-        budget = Budget(b["beta"], b["source"], b["delta"])
+        budget = Budget(b["beta"], b["source"], b["delta"], b.get("neighbours", "add-remove"))
         summary = get_json(f, "summary")
         v = f["views"]
         flat, offs = v["attrs"][()], v["offsets"][()]
@@ -244,7 +251,7 @@ def load_plan(path) -> Plan:
         losses = v["loss"][()]
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
         finite = np.isfinite(sigma2)
-        costs = _view_costs(keys, solutions)
+        costs = _view_costs(keys, solutions, budget.neighbours)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,

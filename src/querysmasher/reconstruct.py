@@ -225,25 +225,11 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
 
 
 def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
-    """One CSV per workload view: the attribute codes of each cell and the estimated count.
-
-    Files are written to temporary names and renamed, like every output of the project.
-    """
-    import pandas as pd
-
-    from .atomic import atomic_path
+    """Per-cell CSV tables with standard errors, only for views whose cells are estimable, and an
+    index ``tables.json`` (see :mod:`querysmasher.tables`). Returns the per-cell files written."""
+    from .tables import write_tables
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    names, sizes = rec.plan.schema.names, rec.plan.schema.sizes
-    written = []
-    for attrs in dict.fromkeys(v.attrs for v in rec.plan.workload.views):
-        shape = tuple(sizes[a] for a in attrs)
-        idx = np.indices(shape).reshape(len(attrs), -1) if attrs else np.zeros((0, 1), dtype=int)
-        frame = pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
-        frame["estimate"] = rec.table(attrs)
-        path = folder / ("total.csv" if not attrs else "__".join(names[a] for a in attrs) + ".csv")
-        with atomic_path(path) as tmp:
-            frame.to_csv(tmp, index=False)
-        written.append(path)
-    return written
+    index = write_tables(folder, rec, answers=False)
+    return [folder / t["file"] for t in index["tables"] if t["file"]]

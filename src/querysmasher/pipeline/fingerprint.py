@@ -36,6 +36,7 @@ STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "evaluate": (("querysmasher.reconstruct", "querysmasher.data"), ("evaluate.evaluate", "hdmm_steps.evaluate_hdmm")),
     "aggregate": ((), ("report.aggregate",)),
     "paper": (("querysmasher.paper",), ("paper_report.write_paper_outputs",)),
+    "release": (("querysmasher.release",), ()),
 }
 
 

@@ -59,6 +59,24 @@ class ViewMechanism:
             return float(np.diag(self.mats[0]).max())
         return float(self.mats[0].sum())  # |F[f, x]| = 1: every diagonal entry is sum(w)
 
+    def replace_cost(self) -> float:
+        """Privacy cost when one record is replaced by another: max over cell pairs of
+        (e_i - e_j)^T X (e_i - e_j). Exact for fourier and for views up to ``EXACT_PAIR_CELLS``
+        cells; above that an upper bound for kron (see :func:`_kron_pair_bound`).
+
+        >>> ViewMechanism("kron", (3,), (np.eye(3),)).replace_cost()
+        2.0
+        """
+        if self.cells < 2:
+            return 0.0
+        if self.kind == "fourier":
+            # Re X[x, y] = Re c(x - y) with c = fftn(w) (|F| = 1), so the cost is 2 (c(0) - min Re c(d ≠ 0)).
+            c = np.real(np.fft.fftn(self.mats[0])).ravel()
+            return float(2.0 * (c[0] - c[1:].min()))
+        if self.kind == "dense" or self.cells <= EXACT_PAIR_CELLS:
+            return _max_pair_distance(self.dense_x())
+        return _kron_pair_bound(self.mats)
+
     def dense_x(self) -> np.ndarray:
         """The explicit privacy Gram X (small views and tests)."""
         if self.kind == "kron":
@@ -67,6 +85,32 @@ class ViewMechanism:
             return self.mats[0]
         f = _dft_matrix(self.sizes)
         return np.real(f.conj().T @ (self.mats[0].ravel()[:, None] * f))
+
+
+EXACT_PAIR_CELLS = 4096  # replace costs are computed exactly over all cell pairs up to this many cells
+
+
+def _max_pair_distance(x: np.ndarray, rows: int = 512) -> float:
+    """max over i != j of x_ii + x_jj - 2 x_ij, in row blocks (no cells^2 temporary)."""
+    d = np.diag(x)
+    best = 0.0
+    for lo in range(0, x.shape[0], rows):
+        block = d[lo:lo + rows, None] + d[None, :] - 2.0 * x[lo:lo + rows]
+        best = max(best, float(block.max()))
+    return best
+
+
+def _kron_pair_bound(mats: tuple[np.ndarray, ...]) -> float:
+    """Upper bound on the replace cost of X_1 ⊗ ... ⊗ X_k for views too large to enumerate.
+
+    With S_k = X_k^(1/2) and s_k(i) its columns, S e_i - S e_j telescopes into k terms that differ in
+    one factor, so sqrt(cost) <= sum_k sqrt(r_k) prod_{l != k} sqrt(d_l) (r_k, d_l: each factor's
+    replace cost and max diagonal); also cost <= 4 max diag. Over-reporting is safe.
+    """
+    d = [float(np.diag(m).max()) for m in mats]
+    r = [_max_pair_distance(m) for m in mats]
+    tele = sum(math.sqrt(rk) * math.prod(math.sqrt(dl) for l, dl in enumerate(d) if l != k) for k, rk in enumerate(r)) ** 2
+    return min(tele, 4.0 * math.prod(d))
 
 
 def _dft_matrix(sizes: tuple[int, ...]) -> np.ndarray:
