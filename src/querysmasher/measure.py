@@ -210,9 +210,9 @@ def measure_iter(plan: Plan, records: Records, rng: "np.random.Generator | Noise
     products). The plan's privacy cost is re-checked first (callers should also check before
     reading the records).
     """
-    from .noise import NoiseSource
+    from .noise import as_noise
 
-    noise = rng if isinstance(rng, NoiseSource) else NoiseSource("numpy", True, rng)
+    noise = as_noise(rng)
     check_budget(plan)
     _check_schema(plan, records)
     views = measured_views(plan)

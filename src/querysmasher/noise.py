@@ -1,4 +1,5 @@
-"""Noise sources: the one place that decides which Gaussian sampler a measurement uses.
+"""Noise sources: the one place that decides which sampler a measurement uses (Gaussian noise for
+every method; Laplace noise for HDMM under pure epsilon-DP).
 
 Two samplers, one per mode:
 
@@ -27,7 +28,9 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["NoiseSource", "make_noise", "SAMPLERS"]
+__all__ = ["NoiseSource", "make_noise", "as_noise", "SAMPLERS"]
+
+_MAP_RTOL = 1e-9  # OpenDP's privacy map may exceed the planned cost by rounding only
 
 SAMPLERS: tuple[str, ...] = ("opendp", "numpy")
 
@@ -55,6 +58,18 @@ class NoiseSource:
         return np.asarray(mech(np.ascontiguousarray(clean, dtype=float).ravel().tolist()), dtype=float).reshape(clean.shape)
 
 
+    def add_laplace(self, clean: np.ndarray, scale: float, sensitivity: float) -> np.ndarray:
+        """clean + Lap(scale) per entry: (sensitivity / scale)-DP for answers of L1 sensitivity
+        ``sensitivity`` (OpenDP's map is checked against that epsilon)."""
+        clean = np.asarray(clean, dtype=float)
+        if self.sampler == "numpy":
+            return clean + self.rng.laplace(0.0, scale, clean.shape)
+        key = ("laplace", float(scale), float(sensitivity))
+        mech = self._mechanisms.get(key)
+        if mech is None:
+            mech = self._mechanisms[key] = _opendp_laplace(float(scale), float(sensitivity))
+        return np.asarray(mech(np.ascontiguousarray(clean).ravel().tolist()), dtype=float).reshape(clean.shape)
+
     def standard_normal(self, shape) -> np.ndarray:
         """Unit Gaussian draws, so a NoiseSource stands in for a numpy generator (HDMM's measure
         scales them by sigma in floating point: for opendp that is weaker than add_gaussian, which
@@ -77,6 +92,25 @@ def _opendp_gaussian(sigma: float):
     if not mech.map(1.0) <= ours * (1 + 1e-12):
         raise RuntimeError(f"OpenDP's Gaussian at scale {sigma!r} costs rho {mech.map(1.0)!r} > {ours!r} at unit sensitivity")
     return mech
+
+
+def _opendp_laplace(scale: float, sensitivity: float):
+    """OpenDP's Laplace mechanism at ``scale``, after checking that its privacy map spends at most
+    sensitivity / scale at L1 distance ``sensitivity``."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    mech = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float), scale=scale)
+    spent, allowed = float(mech.map(sensitivity)), sensitivity / scale
+    if spent > allowed * (1 + _MAP_RTOL):
+        raise RuntimeError(f"OpenDP's Laplace mechanism spends epsilon {spent}, more than the planned {allowed}")
+    return mech
+
+
+def as_noise(source) -> NoiseSource:
+    """A :class:`NoiseSource` as is; anything else (a numpy generator, or a test double with
+    ``standard_normal`` / ``laplace``) as a seeded numpy source for experiments and tests."""
+    return source if isinstance(source, NoiseSource) else NoiseSource("numpy", True, source)
 
 
 def make_noise(seed: int | None = None, sampler: str | None = None) -> NoiseSource:

@@ -171,12 +171,10 @@ def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.
     return np.bincount(flat, minlength=cells).astype(float)
 
 
-def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng: np.random.Generator, path: str | Path, *, seeded: bool,
+def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng, path: str | Path, *, seeded: bool,
                          plan_sha256: str, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
     """The release for an HDMM plan: each group's noisy strategy answers, nothing else."""
-    # Laplace releases draw with OpenDP (rng=None); seeded experiments keep their generator
-    noise_rng = None if plan.noise == "laplace" and not seeded else rng
-    meas = hdmm_measure(plan, _full_vector(plan, records, max_domain_cells), noise_rng, max_domain_cells=max_domain_cells)
+    meas = hdmm_measure(plan, _full_vector(plan, records, max_domain_cells), rng, max_domain_cells=max_domain_cells)
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256
         f.attrs["seeded"] = bool(seeded)

@@ -37,7 +37,6 @@ from ..errors import InputError
 from ..families import gram_1d
 from ..linalg import kron_apply, kron_dense, pinv_psd, psd_power
 from ..workload import Workload
-from .noise import gaussian_noise
 
 __all__ = ["TOTAL", "ImplicitWorkload", "KronStrategy", "sym_sqrt"]
 
@@ -185,12 +184,15 @@ class KronStrategy:
         """(M^½, (M^½)^+) of every distinct factor, computed once per strategy."""
         return tuple(tuple((sym_sqrt(m), sym_sqrt(m, -0.5)) for m in fs) for fs in self.mats)
 
-    def measure(self, x: np.ndarray, noise_sd: float, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        """y_b = A_b x + N(0, noise_sd^2 I) with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X)."""
-        out = []
+    def measure(self, x: np.ndarray, noise_sd: float, rng) -> tuple[np.ndarray, ...]:
+        """y_b = A_b x + N(0, noise_sd^2 I) with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X); ``rng`` is a
+        :class:`querysmasher.noise.NoiseSource` or a numpy generator."""
+        from ..noise import as_noise
+
+        noise, out = as_noise(rng), []
         for row, w in zip(self.index, self.weights):
             y = math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes)
-            out.append(gaussian_noise(y, noise_sd, rng))
+            out.append(noise.add_gaussian(y, noise_sd * noise_sd))
         return tuple(out)
 
     def pinv_apply(self, v: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ from ..workload import Workload, parse_workload
 from . import optimize_laplace as l1
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget, laplace_allocation
-from .noise import laplace_noise
+from ..noise import as_noise, make_noise
 from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_kron, opt_marginals, opt_plus
 
 __all__ = ["HDMMGroup", "HDMMPlan", "HDMMMeasurements", "plan_hdmm", "hdmm_measure", "hdmm_reconstruct", "OPTIMIZERS"]
@@ -225,22 +225,24 @@ def _check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
     return cells
 
 
-def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng: np.random.Generator | None, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> HDMMMeasurements:
+def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> HDMMMeasurements:
     """Answer every group's strategy on the full data vector (cells row-major in schema order) with
     Gaussian noise of variance σ_g^2, or Laplace noise of scale b_g = ||A_g||_1 / ε_g, spending the
-    plan's budget. Laplace with ``rng=None`` draws with OpenDP (releases; see :mod:`.noise`)."""
+    plan's budget. ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
+    (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
     cells = _check_domain(plan, max_domain_cells)
     x = np.asarray(x_full, dtype=float)
     if x.shape != (cells,):
         raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
+    noise = make_noise() if rng is None else as_noise(rng)
     if plan.noise == "laplace":
         alloc = plan.allocation
         return HDMMMeasurements(tuple(
-            tuple(laplace_noise(y, scale=b, sensitivity=g.strategy.sensitivity(), rng=rng) for y in g.strategy.answer(x))
+            tuple(noise.add_laplace(y, b, g.strategy.sensitivity()) for y in g.strategy.answer(x))
             for g, b in zip(plan.groups, alloc.scales)
         ))
     sigma2 = plan.allocation.sigma2
-    return HDMMMeasurements(tuple(g.strategy.measure(x, math.sqrt(s2), rng) for g, s2 in zip(plan.groups, sigma2)))
+    return HDMMMeasurements(tuple(g.strategy.measure(x, math.sqrt(s2), noise) for g, s2 in zip(plan.groups, sigma2)))
 
 
 def hdmm_reconstruct(plan: HDMMPlan, meas: HDMMMeasurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> list[np.ndarray]:
