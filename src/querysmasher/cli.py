@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
     r.add_argument("--max-answers", type=int, default=None, help="write full answer vectors only up to this many queries (default 10,000,000)")
 
-    rel = sub.add_parser("release", help="publish named tables from a release spec (plan, measure with OpenDP noise, reconstruct)")
+    rel = sub.add_parser("release", parents=[common], help="publish named tables from a release spec (plan, measure with OpenDP noise, reconstruct)")
     rel.add_argument("spec", help="release spec (YAML): data, domain, tables, budget, neighbours, method")
     rel.add_argument("--out", required=True, help="new folder for the publishable tables (must not exist or be empty)")
     return parser

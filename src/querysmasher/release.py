@@ -38,9 +38,9 @@ import yaml
 
 from .accounting import NEIGHBOURS, Budget
 from .errors import InputError
-from .families import BASIC_1D, PAIR_FAMILIES, PRODUCT_FAMILIES
+from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
 from .schema import Schema
-from .workload import FamilyTerm, Workload, WorkloadView
+from .workload import Workload, parse_workload
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release", "RELEASE_METHODS"]
 
@@ -178,38 +178,16 @@ def load_release_spec(path: str | Path) -> ReleaseSpec:
     return parse_release_spec(raw, p.parent)
 
 
-class _NamedTerm(FamilyTerm):
-    """A term on named attributes; prints in the named-attribute grammar."""
-
-    def __init__(self, table: TableSpec, k: int):
-        super().__init__(table.family, (k,), table.weight)
-        object.__setattr__(self, "_table", table)
-
-    def spec(self) -> str:
-        return self._table.term()
-
-
 def release_workload(tables, schema: Schema) -> Workload:
-    """The workload of a release: one view per named table (attributes in schema order).
-
-    Built directly until the workload grammar's named terms (``family:(a,b)``) are available, which
-    can then replace this function by ``parse_workload("+".join(t.term() for t in tables), schema)``.
+    """The workload of a release: one view per named table, in the workload grammar's
+    named-attribute terms (``marginal:(age,sex)+prefix:(income,age)@2``); an unknown attribute is an
+    InputError naming it, and attributes too large to plan are refused before anything is allocated.
     """
     from .schema import check_attribute_sizes
 
-    terms, views = [], []
-    for ti, t in enumerate(tables):
-        attrs = tuple(sorted(schema.index(a) for a in t.attributes))  # an unknown name is an InputError naming it
-        check_attribute_sizes(schema, attrs)
-        if t.family in BASIC_1D:
-            factors = (t.family,) * len(attrs)
-        elif t.family == "hybrid":
-            factors = tuple("marginal" if schema.kinds[i] == "categorical" else "prefix" for i in attrs)
-        else:
-            factors = ()
-        terms.append(_NamedTerm(TableSpec(t.family, tuple(schema.names[i] for i in attrs), t.weight), len(attrs)))
-        views.append(WorkloadView(attrs, t.family, t.weight, factors, 0, ti))
-    return Workload(schema, tuple(terms), tuple(views))
+    for t in tables:
+        check_attribute_sizes(schema, [schema.index(a) for a in t.attributes])
+    return parse_workload("+".join(t.term() for t in tables), schema)
 
 
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
