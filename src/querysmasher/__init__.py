@@ -9,7 +9,7 @@ fast; ``plan``, ``measure`` and ``reconstruct`` are submodules, so those steps a
 >>> round(plan.rmse, 3), plan.summary()["distinct_solves"]
 (1.744, 6)
 
-``plan.measure(records)`` gives the release (:class:`Measurements`), ``.reconstruct()`` the
+``plan.measure(records)`` gives the release (:class:`Release`), ``.reconstruct()`` the
 answers with their variances (:class:`Answers`), ``qs.save`` / ``qs.load`` the files; see
 :mod:`querysmasher.api`. Solvers are listed in ``qs.SOLVERS`` (plugins included).
 """
@@ -27,6 +27,7 @@ _EXPORTS = {
     "save": "api",
     "load": "api",
     "Answers": "api",
+    "Release": "api",
     "Budget": "accounting",
     "Plan": "plan",
     "Measurements": "measure",

@@ -9,7 +9,7 @@ Plan(rp, prefix:1,2 over synthetic:n=4,d=3: RMSE 2.401, 7 residual views, 3 dist
 >>> records = pd.DataFrame(rng.integers(0, 4, (200, 3)), columns=plan.schema.names)
 >>> release = plan.measure(records)       # noise from the operating system's entropy
 >>> release
-Measurements(7 measured views of rp on prefix:1,2)
+Release(7 measured views of rp on prefix:1,2)
 >>> answers = release.reconstruct()
 >>> t = answers.table(("a0", "a1"))      # a DataFrame: codes, estimate, variance
 >>> list(t.columns), len(t)
@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -33,8 +34,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import InputError
+from .measure import Measurements
+from .plan import Plan
 
-__all__ = ["make_plan", "measure", "Answers", "save", "load", "budget"]
+__all__ = ["make_plan", "measure", "reconstruct", "MeasurablePlan", "Release", "Answers", "save", "load", "budget"]
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +69,50 @@ def budget(*, beta: float | None = None, rho: float | None = None, mu: float | N
 _make_budget = budget
 
 
+@dataclasses.dataclass(eq=False, repr=False)
+class MeasurablePlan(Plan):
+    """A :class:`~querysmasher.plan.Plan` with the next step as a method (what this module returns;
+    the library modules themselves never depend on this one)."""
+
+    def measure(self, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error") -> Release:
+        """The release: this plan's mechanisms run on records (see :func:`measure`)."""
+        return measure(self, data, seed=seed, sampler=sampler, domain=domain, on_invalid=on_invalid)
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class Release(Measurements):
+    """:class:`~querysmasher.measure.Measurements` that know the plan that made them."""
+
+    plan: Plan | None = None
+
+    def __repr__(self) -> str:
+        of = f" of {self.plan.method} on {self.plan.workload.spec}" if self.plan is not None else ""
+        return f"Release({len(self.view_index)} measured views{of}{', seeded' if self.seeded else ''})"
+
+    def reconstruct(self) -> Answers:
+        """Answers to every workload query with their variances."""
+        return reconstruct(self)
+
+
+def _measurable(plan: Plan) -> MeasurablePlan:
+    if isinstance(plan, MeasurablePlan) or not isinstance(plan, Plan):
+        return plan
+    out = MeasurablePlan(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)})
+    if getattr(plan, "_sha256", None):
+        out._sha256 = plan._sha256
+    return out
+
+
+def _release(meas: Measurements, plan: Plan | None) -> Release:
+    return Release(meas.view_index, meas.y, meas.seeded, meas.plan_sha256, plan)
+
+
 def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float | None = None, rho: float | None = None, mu: float | None = None,
               epsilon: float | None = None, delta: float | None = None, all_numeric: bool = False, solver_options: dict | None = None):
     """Optimise the mechanism of a workload: :func:`querysmasher.plan.make_plan` with the budget
     given as a :class:`Budget` or as one keyword (beta, rho, mu, epsilon+delta; default beta = 1).
     ``method`` is a registered solver name (``qs``, ``wff``, ``rp``, ``rpplus``, plugins) or ``hdmm``.
+    Returns a :class:`MeasurablePlan` (a Plan with ``.measure``), or an HDMM plan.
     """
     from . import plan as plan_module
 
@@ -81,7 +123,7 @@ def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float 
         from .hdmm import plan_hdmm
 
         return plan_hdmm(schema, workload, b, all_numeric=all_numeric)
-    return plan_module.make_plan(schema, workload, method, b, all_numeric=all_numeric, solver_options=solver_options)
+    return _measurable(plan_module.make_plan(schema, workload, method, b, all_numeric=all_numeric, solver_options=solver_options))
 
 
 def _records(plan, data, *, domain=None, on_invalid: str = "error"):
@@ -96,7 +138,7 @@ def _records(plan, data, *, domain=None, on_invalid: str = "error"):
     return validate_records(data, plan.schema, on_invalid=on_invalid)
 
 
-def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error"):
+def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error") -> Release:
     """Run the plan's mechanisms on records (a pandas DataFrame with one integer-code column per
     attribute, a CSV/Parquet path, or :class:`~querysmasher.data.Records`): the release.
 
@@ -115,9 +157,7 @@ def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, 
         log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
     if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
-    meas = measure_records(plan, records, noise, seeded=noise.seeded)
-    meas.plan = plan
-    return meas
+    return _release(measure_records(plan, records, noise, seeded=noise.seeded), plan)
 
 
 class Answers:
@@ -228,8 +268,8 @@ def _plan_sha256(plan) -> str:
 def save(obj, path) -> None:
     """Write a Plan (``plan.h5``), an HDMM plan, Measurements (the release) or Answers to ``path``,
     in the same formats as the command line, atomically."""
-    from .measure import Measurements, plan_digest, save_measurements
-    from .plan import Plan, save_plan
+    from .measure import plan_digest, save_measurements
+    from .plan import save_plan
 
     if isinstance(obj, Plan):
         save_plan(obj, path)
@@ -261,7 +301,7 @@ def load(path, *, plan=None):
         raise InputError("file", str(path), "does not exist")
     kind = read_kind(path)
     if kind == "plan":
-        p = load_plan(path)
+        p = _measurable(load_plan(path))
         p._sha256 = plan_digest(path)
         return p
     if kind == "hdmm-plan":
@@ -272,7 +312,5 @@ def load(path, *, plan=None):
         if isinstance(plan, (str, os.PathLike)):
             plan = load(plan)
         digest = getattr(plan, "_sha256", None) if plan is not None else None
-        meas = load_measurements(path, digest)
-        meas.plan = plan
-        return meas
+        return _release(load_measurements(path, digest), plan)
     raise InputError("file", str(path), f"holds a {kind!r}; qs.load reads plan and measurements files")

@@ -168,17 +168,9 @@ class Measurements:
     y: list[np.ndarray] | _Segments  # per measured view: cells (x draws, for Monte Carlo)
     seeded: bool
     plan_sha256: str = ""
-    plan: Plan | None = None  # the plan that made them (set by querysmasher.api)
 
     def __repr__(self) -> str:
-        of = f" of {self.plan.method} on {self.plan.workload.spec}" if self.plan is not None else ""
-        return f"Measurements({len(self.view_index)} measured views{of}{', seeded' if self.seeded else ''})"
-
-    def reconstruct(self):
-        """Answers to every workload query with their variances (:class:`querysmasher.api.Answers`)."""
-        from .api import reconstruct
-
-        return reconstruct(self)
+        return f"{type(self).__name__}({len(self.view_index)} measured views{', seeded' if self.seeded else ''})"
 
     def close(self) -> None:
         """Close the file a loaded release reads from (nothing for measurements in memory)."""

@@ -90,12 +90,6 @@ class Plan(PredictedError):
         return (f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
                 f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
 
-    def measure(self, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error"):
-        """The release: this plan's mechanisms run on records (see :func:`querysmasher.api.measure`)."""
-        from .api import measure
-
-        return measure(self, data, seed=seed, sampler=sampler, domain=domain, on_invalid=on_invalid)
-
 
 def _view_costs(keys: list[str], solutions: dict[str, ViewSolution], neighbours: str = "add-remove") -> np.ndarray:
     """Each view's privacy cost at sigma^2 = 1 under the neighbouring relation, computed once per key.
