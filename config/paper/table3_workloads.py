@@ -19,13 +19,12 @@ Run from the repository root (re-running rewrites identical files):
 from __future__ import annotations
 
 import itertools
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from querysmasher.atomic import write_text
 from querysmasher.schema import parse_schema
 
 __all__ = ["PAIR_CELL_LIMIT", "SCHEMAS", "FAMILIES", "VERSIONS", "table3_terms", "table3_path", "main"]
@@ -65,21 +64,11 @@ def render(schema_name: str, family: str, version: str) -> str:
     return head + yaml.safe_dump(table3_terms(schema_name, family, version), default_flow_style=None, sort_keys=False, width=100)
 
 
-def _write(path: Path, text: str) -> None:
-    """Through a temporary file renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def main(root: Path = HERE / "workloads") -> list[Path]:
     out = []
     for s, f, v in itertools.product(SCHEMAS, FAMILIES, VERSIONS):
         path = table3_path(s, f, v, root)
-        _write(path, render(s, f, v))
+        write_text(path, render(s, f, v))
         out.append(path)
     return out
 
