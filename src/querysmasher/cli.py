@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", parents=[common], help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
-    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm (default qs)")
+    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm | mm (default qs); mm: the exact matrix mechanism over the full domain (small domains)")
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -131,8 +131,8 @@ def _solver_options(args: argparse.Namespace) -> dict:
         if args.max_dense_cells < 1:
             raise InputError("--max-dense-cells", args.max_dense_cells, "must be >= 1")
         opts["max_dense_cells"] = args.max_dense_cells
-    if opts and args.method != "qs":
-        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+    if opts and args.method not in ("qs", "mm"):
+        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs and mm only")
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
@@ -140,9 +140,9 @@ def _solver_options(args: argparse.Namespace) -> dict:
         import yaml
 
         opts[key.strip()] = yaml.safe_load(value)
-    if args.option and args.method == "hdmm":
-        raise InputError("--option", ",".join(args.option), "hdmm takes no solver options")
-    if opts:
+    if args.option and args.method in ("hdmm", "mm"):
+        raise InputError("--option", ",".join(args.option), f"{args.method} takes no solver options")
+    if opts and args.method != "mm":
         from .solvers import get_solver
 
         try:  # the solver's own check of its options, before any work
@@ -156,7 +156,7 @@ def _plan(args: argparse.Namespace) -> int:
     from .plan import make_plan, save_plan
     from .solvers import SOLVERS
 
-    methods = sorted(SOLVERS) + ["hdmm"]
+    methods = sorted(SOLVERS) + ["hdmm", "mm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
     budget = _pure_budget(args) if args.noise == "laplace" else _budget(args)
@@ -186,6 +186,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
+        if "svd_bound" in s:
+            print(f"SVD bound on RMSE (any Gaussian mechanism) {s['svd_bound_rmse']:.6g}")
         if s.get("noise") == "laplace":
             print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
         else:

@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -63,6 +64,17 @@ class Plan(PredictedError):
         tv = self.total_variance
         return (tv - self.lower_bound) / tv if tv > 0 else 0.0
 
+    @cached_property
+    def svd_bound(self) -> float | None:
+        """The SVD bound on every Gaussian mechanism's total variance at this budget, where exactly
+        computable (:func:`querysmasher.svd_bound.svd_bound`); None otherwise."""
+        from .svd_bound import svd_bound
+
+        t0 = time.perf_counter()
+        b = svd_bound(self.workload)
+        self.phase_seconds["svd_bound"] = time.perf_counter() - t0
+        return None if b is None else b / self.budget.beta
+
     def summary(self) -> dict:
         out = {
             "schema": self.schema.name,
@@ -84,6 +96,11 @@ class Plan(PredictedError):
             out["lower_bound"] = self.lower_bound
             out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
             out["gap"] = self.gap
+        if self.svd_bound is not None:
+            out["svd_bound"] = self.svd_bound
+            out["svd_bound_rmse"] = rmse(self.svd_bound, self.queries)
+        out["seconds"] = sum(self.phase_seconds.values())
+        out["phase_seconds"] = dict(self.phase_seconds)
         return out
 
     def __repr__(self) -> str:
@@ -155,6 +172,11 @@ def make_plan(
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
+    if method == "mm":  # the whole domain at once: no residual decomposition
+        from .solvers.mm import plan_mm
+
+        names = {"target_gap": "target_gap", "max_dense_cells": "max_cells"}
+        return plan_mm(schema, workload, budget, **{names[k]: v for k, v in (solver_options or {}).items()})
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
