@@ -19,6 +19,7 @@ import numpy as np
 from .accounting import Budget
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
+from .errors import InputError
 from .linalg import MatrixStore
 from .logs import progress
 from .schema import Schema, parse_schema
@@ -48,6 +49,8 @@ class Plan(PredictedError):
     workload_views: int
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    objective: str = "sum"  # what the mechanisms and the allocation minimise: "sum" or "max" variance
+    max_certificate: dict | None = None  # objective "max": lower bound on the optimum, gap, iterations
 
     @property
     def certified(self) -> bool:
@@ -75,7 +78,19 @@ class Plan(PredictedError):
         self.phase_seconds["svd_bound"] = time.perf_counter() - t0
         return None if b is None else b / self.budget.beta
 
+    @cached_property
+    def max_variance(self) -> tuple[float, int, int]:
+        """(largest weighted query variance, workload view index, query index within the view)."""
+        from .maxvar import max_variance_of
+
+        t0 = time.perf_counter()
+        out = max_variance_of(self)
+        self.phase_seconds["max_variance"] = time.perf_counter() - t0
+        return out
+
     def summary(self) -> dict:
+        value, j, i = self.max_variance
+        v = self.workload.views[j]
         out = {
             "schema": self.schema.name,
             "workload": self.workload.spec,
@@ -91,7 +106,12 @@ class Plan(PredictedError):
             "seconds": sum(self.phase_seconds.values()),
             "phase_seconds": dict(self.phase_seconds),
             "notes": list(self.notes),
+            "objective": self.objective,
+            "max_variance": value,
+            "max_variance_query": {"view": [self.schema.names[a] for a in v.attrs], "family": v.family, "index": i},
         }
+        if self.max_certificate is not None:
+            out.update(self.max_certificate)
         if self.certified:
             out["lower_bound"] = self.lower_bound
             out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
@@ -166,12 +186,25 @@ def make_plan(
     *,
     all_numeric: bool = False,
     solver_options: dict | None = None,
+    objective: str = "sum",
 ) -> Plan:
-    """The whole planning pipeline in one call (what ``querysmasher plan`` runs)."""
+    """The whole planning pipeline in one call (what ``querysmasher plan`` runs).
+
+    ``objective`` "sum" minimises the total weighted variance, "max" the largest weighted query
+    variance (:mod:`querysmasher.maxvar`).
+    """
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
+    if objective not in ("sum", "max"):
+        raise InputError("objective", objective, "must be 'sum' or 'max'")
+    if objective == "max":
+        if method not in ("qs", "wff", "rp"):
+            raise InputError("objective", objective, f"is implemented for qs, wff and rp, not {method}")
+        from .maxvar import plan_max
+
+        return plan_max(schema, workload, method, budget, solver_options=solver_options)
     if method == "mm":  # the whole domain at once: no residual decomposition
         from .solvers.mm import plan_mm
 

@@ -1,0 +1,326 @@
+r"""The max-variance objective: minimise the largest (weighted) variance of any workload query.
+
+Objective
+---------
+With per-view privacy Grams Y_v = X_v / sigma_v^2 (X_v at cost c_v = max diag X_v, sum_v c_v /
+sigma_v^2 <= beta) the variance of query q is Var_q = sum_v q_v Y_v^+ q_v^T (q_v: its residual
+subquery), convex in (Y_v). The objective is max_q w_q Var_q (w_q: the query's workload weight).
+
+Minimax duality
+---------------
+For query weights nu on the simplex, phi(nu) = min_Y sum_q nu_q w_q Var_q(Y) is the ordinary
+weighted-sum optimum of the workload reweighted by nu, so
+
+    max_q w_q Var_q(Y)  >=  phi(nu)   for every mechanism Y and every nu,
+
+and by Sion's theorem max_nu phi(nu) is the max-variance optimum. Every method's sum solver
+therefore gives a lower bound (qs: its certified per-view bounds; wff: its closed form is exact
+within the Fourier family; rp: exact within RP's fixed bases), and the gap closes as nu -> nu*.
+
+Symmetry
+--------
+Permuting attributes of equal size and kind (and not used by a random or custom view) maps the
+workload to itself, so an optimal nu is constant on the orbits: views of one term with the same
+(size, kind) per attribute share one weight per query index. Marginal queries of one view are also
+exchangeable (permuting values of each attribute), so a marginal view has a single weight and stays
+Kronecker; other views get one weight per query, applied to an explicit Gram Q^T diag(nu) Q.
+
+Algorithm
+---------
+Repeat: (a) solve the nu-weighted sum problem (per-view shapes X_v, lower bound phi(nu));
+(b) for those shapes, solve the convex allocation problem min_s max_q sum_v A[q, v] s_v subject to
+sum_v c_v / s_v <= beta (A[q, v] = w_q q_v X_v^+ q_v^T; cvxpy/Clarabel), which gives an upper bound
+(recomputed exactly at the rescaled s) and the multipliers lambda of the max; (c) next nu: lambda,
+or, when that does not raise phi, a multiplicative step nu_q <- nu_q (Var_q / phi)^tau from the
+best nu. For rp (shapes do not depend on nu) step (b) is the whole problem; its own dual
+(sum_v sqrt(c_v (lambda^T A)_v))^2 / beta certifies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .accounting import Budget
+from .allocation import Allocation
+from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view_query_matrix
+from .families import query_matrix_1d
+from .linalg import kron_dense, project_gram
+from .workload import Workload, WorkloadView
+
+__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "allocate_max", "plan_max", "OBJECTIVES"]
+
+OBJECTIVES = ("sum", "max")
+DEFAULT_MAX_TARGET_GAP = 1e-3
+DEFAULT_MAX_ITERATIONS = 60
+_NU_FLOOR = 1e-9  # relative floor on query weights: every query keeps a share of range(G)
+
+
+@dataclass(frozen=True)
+class QueryClass:
+    """Workload views whose queries have equal variances under any symmetric mechanism."""
+
+    views: tuple[int, ...]  # indices into workload.views
+    queries: int  # weights per view: 1 (exchangeable marginal cells) or the view's query count
+    weight: float  # the workload weight w of these queries
+
+    @property
+    def collapsed(self) -> bool:
+        return self.queries == 1
+
+
+def _is_marginal(v: WorkloadView) -> bool:
+    return bool(v.factors) and all(f == "marginal" for f in v.factors)
+
+
+def attribute_types(workload: Workload) -> list[tuple]:
+    """Attributes of equal type can be permuted without changing the workload: same size and kind,
+    and not used by a random or custom view (those are pinned, each its own type)."""
+    schema = workload.schema
+    pinned = {a for v in workload.views if v.family in ("random", "custom") for a in v.attrs}
+    return [(schema.sizes[a], schema.kinds[a], a if a in pinned else None) for a in range(len(schema))]
+
+
+def view_orbits(workload: Workload, views: list[tuple[int, ...]]) -> list[int]:
+    """An orbit label per residual view (views of equal attribute types get equal mechanisms and,
+    at an optimum, equal noise)."""
+    types = attribute_types(workload)
+    labels: dict[tuple, int] = {}
+    return [labels.setdefault(tuple(types[a] for a in sub), len(labels)) for sub in views]
+
+
+def query_classes(workload: Workload) -> list[QueryClass]:
+    """Orbits of workload views under the attribute permutations that fix the workload."""
+    types_of = attribute_types(workload)
+    groups: dict[tuple, list[int]] = {}
+    for j, v in enumerate(workload.views):
+        types = tuple(types_of[a] for a in v.attrs)
+        groups.setdefault((v.term, v.family, v.factors, v.weight, types), []).append(j)
+    out = []
+    for js in groups.values():
+        v = workload.views[js[0]]
+        out.append(QueryClass(tuple(js), 1 if _is_marginal(v) else workload.view_count(v), v.weight))
+    return out
+
+
+def _view_queries(workload: Workload, v: WorkloadView) -> np.ndarray:
+    if v.factors:
+        return kron_dense([query_matrix_1d(f, workload.schema.sizes[a]) for f, a in zip(v.factors, v.attrs)])
+    return view_query_matrix(workload, v)
+
+
+def weighted_decomposition(workload: Workload, classes: list[QueryClass], nu: list[np.ndarray]) -> Decomposition:
+    """The residual decomposition of the workload with query weights w_q nu_q (nu per class, spread
+    evenly over the class's views): Kronecker for collapsed classes, explicit Grams otherwise."""
+    scalar_views, explicit = [], []
+    for c, n in zip(classes, nu):
+        share = np.asarray(n, dtype=float) / len(c.views)
+        for j in c.views:
+            v = workload.views[j]
+            if c.collapsed:  # nu_c spread over every (exchangeable) query of the class
+                per_query = float(share[0]) / workload.view_count(v)
+                scalar_views.append(dataclasses.replace(v, weight=v.weight * per_query))
+            else:
+                explicit.append((c, j, share))
+    d = decompose(Workload(workload.schema, workload.terms, tuple(scalar_views), workload.custom))
+    terms: dict[tuple[int, ...], list[GramTerm]] = {a: list(g.terms) for a, g in d.grams.items()}
+    sizes_all = workload.schema.sizes
+    parts_of: dict[int, list] = {}
+    for c, j, share in explicit:
+        v = workload.views[j]
+        sizes = tuple(sizes_all[a] for a in v.attrs)
+        if id(c) not in parts_of:  # views of one class have the same queries: project once
+            q = _view_queries(workload, v)
+            g = q.T @ ((c.weight * share)[:, None] * q)
+            tol = 1e-12 * max(1.0, float(np.abs(g).max(initial=0.0)))
+            parts = []
+            for keep in itertools.product((False, True), repeat=len(sizes)):
+                p = project_gram(g, sizes, keep)
+                parts.append((keep, *(d.store.intern(p, zero_tol=tol) if any(keep) else (None, float(p[0, 0])))))
+            parts_of[id(c)] = parts
+        for keep, key, scale in parts_of[id(c)]:
+            sub = tuple(a for a, k in zip(v.attrs, keep) if k)
+            if not sub and scale > 0:
+                terms.setdefault(sub, []).append(GramTerm(scale, (), False))
+            elif key is not None:
+                terms.setdefault(sub, []).append(GramTerm(scale, (key,), len(sub) > 1))
+    grams = {a: SubworkloadGram(a, tuple(sizes_all[i] for i in a), tuple(ts)) for a, ts in sorted(terms.items(), key=lambda kv: (len(kv[0]), kv[0])) if ts}
+    return Decomposition(workload, d.store, grams, d.seconds)
+
+
+def _class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
+    """w_q Var_q for the queries of each class, from one representative view (symmetry)."""
+    from .reconstruct import view_variances
+
+    out = []
+    for c in classes:
+        var = c.weight * view_variances(plan, plan.workload.views[c.views[0]])
+        out.append(np.array([var.max()]) if c.collapsed else var)
+    return out
+
+
+def max_variance_of(plan) -> tuple[float, int, int]:
+    """(max_q w_q Var_q, workload view index, query index in that view) over every query of the plan."""
+    from .reconstruct import view_variances
+
+    best = (-np.inf, -1, -1)
+    for j, v in enumerate(plan.workload.views):
+        var = v.weight * view_variances(plan, v)
+        i = int(np.argmax(var))
+        if var[i] > best[0]:
+            best = (float(var[i]), j, i)
+    return best
+
+
+def _contributions(plan, classes: list[QueryClass], orbits: list[int]) -> np.ndarray:
+    """A[q, g] = w_q Var_q when every view of orbit g has sigma^2 = 1 and no other view is measured
+    (rows: class queries, from each class's representative view)."""
+    from .reconstruct import view_variances
+
+    orbit_of = dict(zip(plan.views, orbits))
+    a = np.zeros((sum(c.queries for c in classes), max(orbits) + 1))
+    row = 0
+    for c in classes:
+        v = plan.workload.views[c.views[0]]
+        subs = [sub for r in range(len(v.attrs) + 1) for sub in itertools.combinations(v.attrs, r) if sub in orbit_of]
+        for g in sorted({orbit_of[sub] for sub in subs}):
+            s2 = np.where(np.array(orbits) == g, 1.0, np.inf)
+            one = dataclasses.replace(plan, allocation=Allocation(s2, 0.0, plan.budget.beta, plan.allocation.costs))
+            var = c.weight * view_variances(one, v)
+            a[row:row + c.queries, g] = var.max() if c.collapsed else var
+        row += c.queries
+    return a
+
+
+@dataclass(frozen=True)
+class _AllocationResult:
+    sigma2: np.ndarray  # per view (inf: not measured)
+    upper: float  # max_q (A s)_q at the returned s, which spends exactly beta
+    lower: float  # (sum_v sqrt(c_v (lambda^T A)_v))^2 / beta: no allocation of these shapes does better
+    lam: np.ndarray  # multipliers of the max (on the simplex)
+
+
+def _allocation_lower(a: np.ndarray, costs: np.ndarray, lam: np.ndarray, beta: float) -> float:
+    return float(np.sqrt(costs * np.maximum(lam @ a, 0.0)).sum()) ** 2 / beta
+
+
+def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float) -> _AllocationResult:
+    """min_s max_q (A s)_q s.t. sum_v c_v / s_v <= beta, s > 0 (views with a zero column unmeasured)."""
+    import cvxpy as cp
+
+    used = np.flatnonzero(a.max(axis=0) > 0)
+    au, cu = a[:, used], costs[used]
+    scale = float(au.max())
+    u = cp.Variable(used.size, pos=True)  # precisions 1 / s_v, so the budget is linear
+    t = cp.Variable()
+    cons = [cp.sum(cp.multiply(cu, u)) <= beta]
+    rows = [au[q] / scale @ cp.inv_pos(u) <= t for q in range(au.shape[0])]
+    prob = cp.Problem(cp.Minimize(t), cons + rows)
+    prob.solve(solver=cp.CLARABEL)
+    lam = np.maximum(np.array([float(r.dual_value) for r in rows]), 0.0)
+    lam = lam / lam.sum() if lam.sum() > 0 else np.full(len(rows), 1.0 / len(rows))
+    prec = np.maximum(np.asarray(u.value, dtype=float), 1e-300)
+    prec *= beta / float(cu @ prec)  # spend exactly beta
+    sigma2 = np.full(a.shape[1], np.inf)
+    sigma2[used] = 1.0 / prec
+    upper = float((au / prec).sum(axis=1).max())
+    return _AllocationResult(sigma2, upper, _allocation_lower(au, cu, lam, beta), lam)
+
+
+def _split(flat: np.ndarray, classes: list[QueryClass]) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum([c.queries for c in classes])[:-1])
+
+
+def plan_max(
+    schema,
+    workload,
+    method: str,
+    budget: Budget,
+    *,
+    all_numeric: bool = False,
+    solver_options: dict | None = None,
+    target_gap: float = DEFAULT_MAX_TARGET_GAP,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
+):
+    """A plan minimising the largest weighted query variance, with a certificate (see module doc)."""
+    from .plan import Plan, assemble_plan, solve_distinct
+    from .schema import parse_schema
+    from .solvers import get_solver, mechanism_loss
+    from .workload import parse_workload
+
+    t0 = time.perf_counter()
+    if isinstance(schema, str):
+        schema = parse_schema(schema, all_numeric=all_numeric)
+    if isinstance(workload, str):
+        workload = parse_workload(workload, schema)
+    classes = query_classes(workload)
+    solver = get_solver(method, **(solver_options or {}))
+    base = decompose(workload)
+    if hasattr(solver, "prepare"):
+        solver.prepare(base)
+    beta1 = Budget.from_beta(1.0)
+    total = sum(c.queries for c in classes)
+    exact_family = method in ("wff", "rp")  # their sum solutions are exact within their families
+
+    def evaluate(nu_flat: np.ndarray):
+        """(phi(nu), certified lower bound on it, w_q Var_q per class query, plan, max-allocation)."""
+        d = weighted_decomposition(workload, classes, _split(nu_flat, classes))
+        wplan = assemble_plan(d, solve_distinct(d.distinct(), d.store, solver), method, beta1)
+        phi = wplan.total_variance
+        low = phi if exact_family else (wplan.lower_bound if wplan.certified else 0.0)
+        variances = np.concatenate(_class_variances(wplan, classes))
+        orbits = np.array(view_orbits(workload, wplan.views))
+        costs = np.array([wplan.solutions[k].mechanism.max_diag() for k in wplan.keys])
+        alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
+        if method == "rp":  # shapes do not depend on nu: the allocation dual certifies the family optimum
+            low = max(low, alloc.lower)
+        return phi, low, variances, wplan, dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
+
+    nu = np.full(total, 1.0 / total)
+    phi, low, var, wplan, alloc = evaluate(nu)
+    best_low, best_up, best = low, alloc.upper, (wplan, alloc)
+    history = [(low, alloc.upper)]
+    eta, iterations = 1.0, 1
+    # exponentiated-gradient ascent on the concave phi (gradient: the variances), with backtracking
+    while (best_up - best_low) / best_up > target_gap and iterations < max_iterations:
+        iterations += 1
+        step = nu * np.exp(np.clip(eta * (var / phi - 1.0), -50.0, 50.0))
+        cand = np.maximum(step / step.sum(), _NU_FLOOR / total)
+        cand /= cand.sum()
+        c_phi, c_low, c_var, c_plan, c_alloc = evaluate(cand)
+        history.append((c_low, c_alloc.upper))
+        best_low = max(best_low, c_low)
+        if c_alloc.upper < best_up:
+            best_up, best = c_alloc.upper, (c_plan, c_alloc)
+        if c_phi >= phi:
+            nu, phi, var = cand, c_phi, c_var
+            eta = min(eta * 1.5, 64.0)
+        else:
+            eta /= 2
+    wplan, alloc = best
+    # the final plan: the best shapes with the max-optimal allocation, losses on the real workload
+    sigma2 = alloc.sigma2 / budget.beta
+    grams = base.grams
+    losses = np.array([mechanism_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
+    costs = np.array([wplan.solutions[k].mechanism.max_diag() for k in wplan.keys])
+    finite = np.isfinite(sigma2)
+    allocation = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
+    plan = Plan(
+        schema, workload, method, budget, list(wplan.views), list(wplan.keys), np.ones(len(wplan.views)), losses,
+        np.zeros(len(wplan.views)), allocation, wplan.solutions, wplan.workload_views,
+        {"max_objective": time.perf_counter() - t0}, list(wplan.notes), "max",
+    )
+    value = plan.max_variance[0]
+    lower = best_low / budget.beta
+    plan.max_certificate = {
+        "max_variance_lower_bound": lower,
+        "max_variance_gap": (value - lower) / value if value > 0 else 0.0,
+        "max_iterations": iterations,
+        "max_history": [(lo / budget.beta, up / budget.beta) for lo, up in history],
+    }
+    return plan
