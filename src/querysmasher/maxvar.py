@@ -50,7 +50,7 @@ from .accounting import Budget
 from .allocation import Allocation
 from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view_query_matrix
 from .families import query_matrix_1d
-from .linalg import kron_dense, project_gram
+from .linalg import content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
 __all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "allocate_max", "plan_max", "OBJECTIVES"]
@@ -58,6 +58,7 @@ __all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_varianc
 OBJECTIVES = ("sum", "max")
 DEFAULT_MAX_TARGET_GAP = 1e-3
 DEFAULT_MAX_ITERATIONS = 60
+INNER_TARGET_GAP = 1e-8
 _NU_FLOOR = 1e-9  # relative floor on query weights: every query keeps a share of range(G)
 
 
@@ -165,11 +166,19 @@ def _class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
 
 
 def max_variance_of(plan) -> tuple[float, int, int]:
-    """(max_q w_q Var_q, workload view index, query index in that view) over every query of the plan."""
+    """(max_q w_q Var_q, workload view index, query index in that view) over every query of the plan.
+
+    Residual plans treat the views of one query class alike (one solve per distinct subproblem,
+    one noise scale per Gram), so one representative per class is evaluated; a full-domain plan
+    (``mm``) has no such symmetry and every view is evaluated.
+    """
+    from .fulldomain import is_full_domain_plan
     from .reconstruct import view_variances
 
+    views = range(len(plan.workload.views)) if is_full_domain_plan(plan) else [c.views[0] for c in query_classes(plan.workload)]
     best = (-np.inf, -1, -1)
-    for j, v in enumerate(plan.workload.views):
+    for j in views:
+        v = plan.workload.views[j]
         var = v.weight * view_variances(plan, v)
         i = int(np.argmax(var))
         if var[i] > best[0]:
@@ -203,6 +212,7 @@ class _AllocationResult:
     upper: float  # max_q (A s)_q at the returned s, which spends exactly beta
     lower: float  # (sum_v sqrt(c_v (lambda^T A)_v))^2 / beta: no allocation of these shapes does better
     lam: np.ndarray  # multipliers of the max (on the simplex)
+    values: np.ndarray  # (A s)_q: each row's weighted variance at the returned s
 
 
 def _allocation_lower(a: np.ndarray, costs: np.ndarray, lam: np.ndarray, beta: float) -> float:
@@ -228,8 +238,8 @@ def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float) -> _AllocationRe
     prec *= beta / float(cu @ prec)  # spend exactly beta
     sigma2 = np.full(a.shape[1], np.inf)
     sigma2[used] = 1.0 / prec
-    upper = float((au / prec).sum(axis=1).max())
-    return _AllocationResult(sigma2, upper, _allocation_lower(au, cu, lam, beta), lam)
+    values = (au / prec).sum(axis=1)
+    return _AllocationResult(sigma2, float(values.max()), _allocation_lower(au, cu, lam, beta), lam, values)
 
 
 def _split(flat: np.ndarray, classes: list[QueryClass]) -> list[np.ndarray]:
@@ -246,6 +256,7 @@ def plan_max(
     solver_options: dict | None = None,
     target_gap: float = DEFAULT_MAX_TARGET_GAP,
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    max_cells: int = 2500,
 ):
     """A plan minimising the largest weighted query variance, with a certificate (see module doc)."""
     from .plan import Plan, assemble_plan, solve_distinct
@@ -259,7 +270,12 @@ def plan_max(
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
     classes = query_classes(workload)
-    solver = get_solver(method, **(solver_options or {}))
+    options = dict(solver_options or {})
+    if method == "qs":
+        # a weighted-sum optimum within gap g can still be off by ~sqrt(g) in single variances, which
+        # the max objective sees: the per-view solves are certified much tighter than for "sum"
+        options.setdefault("target_gap", INNER_TARGET_GAP)
+    solver = get_solver(method, **options)
     base = decompose(workload)
     if hasattr(solver, "prepare"):
         solver.prepare(base)
@@ -281,18 +297,32 @@ def plan_max(
             low = max(low, alloc.lower)
         return phi, low, variances, wplan, dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
 
+    def reallocate(wplan):
+        """The max-optimal allocation of a plan's per-view shapes (one noise scale per view orbit)."""
+        orbits = np.array(view_orbits(workload, wplan.views))
+        costs = np.array([wplan.solutions[k].mechanism.max_diag() for k in wplan.keys])
+        alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
+        return dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
+
     nu = np.full(total, 1.0 / total)
     phi, low, var, wplan, alloc = evaluate(nu)
     best_low, best_up, best = low, alloc.upper, (wplan, alloc)
+    # candidate mechanisms at full budget: (plan, sigma2, weighted class-query variances); both the
+    # sum-optimal one (its variances are the gradient of phi) and the max-allocated one per iterate
+    iterates = [(wplan, wplan.allocation.sigma2, var), (wplan, alloc.sigma2, alloc.values)]
     history = [(low, alloc.upper)]
-    eta, iterations = 1.0, 1
+    eta, iterations, mix = 1.0, 1, None
     # exponentiated-gradient ascent on the concave phi (gradient: the variances), with backtracking
-    while (best_up - best_low) / best_up > target_gap and iterations < max_iterations:
+    while iterations < max_iterations:
+        mix = _best_mixture([it[2] for it in iterates])
+        if (min(best_up, mix[1]) - best_low) / min(best_up, mix[1]) <= target_gap:
+            break
         iterations += 1
         step = nu * np.exp(np.clip(eta * (var / phi - 1.0), -50.0, 50.0))
         cand = np.maximum(step / step.sum(), _NU_FLOOR / total)
         cand /= cand.sum()
         c_phi, c_low, c_var, c_plan, c_alloc = evaluate(cand)
+        iterates += [(c_plan, c_plan.allocation.sigma2, c_var), (c_plan, c_alloc.sigma2, c_alloc.values)]
         history.append((c_low, c_alloc.upper))
         best_low = max(best_low, c_low)
         if c_alloc.upper < best_up:
@@ -302,6 +332,14 @@ def plan_max(
             eta = min(eta * 1.5, 64.0)
         else:
             eta /= 2
+    # the mixture sum_t alpha_t Y^t of the iterates' mechanisms is feasible and, by convexity, no
+    # query's variance exceeds sum_t alpha_t Var_q(Y^t); its own max-allocation can only improve it
+    if mix is not None and mix[1] < best_up:
+        mixed = _mixed_plan(workload, [(a, iterates[t][0], iterates[t][1]) for t, a in mix[0]], method, beta1, max_cells)
+        if mixed is not None:
+            m_alloc = reallocate(mixed)
+            if m_alloc.upper < best_up:
+                best_up, best = m_alloc.upper, (mixed, m_alloc)
     wplan, alloc = best
     # the final plan: the best shapes with the max-optimal allocation, losses on the real workload
     sigma2 = alloc.sigma2 / budget.beta
@@ -324,3 +362,59 @@ def plan_max(
         "max_history": [(lo / budget.beta, up / budget.beta) for lo, up in history],
     }
     return plan
+
+
+def _best_mixture(values: list[np.ndarray]) -> tuple[list[tuple[int, float]], float]:
+    """min_alpha max_q sum_t alpha_t V_t[q] over the simplex (a linear program): ((t, alpha_t), value)."""
+    from scipy.optimize import linprog
+
+    v = np.array(values)  # iterates x rows
+    if len(values) == 1:
+        return [(0, 1.0)], float(v.max())
+    k = v.shape[0]
+    # variables (alpha_1..alpha_k, z): minimise z s.t. V^T alpha - z <= 0, sum alpha = 1
+    res = linprog(np.r_[np.zeros(k), 1.0], A_ub=np.c_[v.T, -np.ones(v.shape[1])], b_ub=np.zeros(v.shape[1]),
+                  A_eq=np.r_[np.ones(k), 0.0][None, :], b_eq=[1.0], bounds=[(0, None)] * k + [(None, None)], method="highs")
+    if res.status != 0:
+        t = int(np.argmin(v.max(axis=1)))
+        return [(t, 1.0)], float(v[t].max())
+    alpha = np.maximum(res.x[:k], 0.0)
+    alpha /= alpha.sum()
+    support = [(t, float(a)) for t, a in enumerate(alpha) if a > 1e-12]
+    return support, float((alpha @ v).max())
+
+
+def _mixed_plan(workload: Workload, parts: list, method: str, budget: Budget, max_cells: int):
+    """The plan measuring, per view, Y_v = sum_t alpha_t X_v^t / sigma_{v,t}^2 (as one mechanism at
+    cost max diag Y_v); None when a view that differs across iterates is too large to hold densely."""
+    from .plan import Plan
+    from .solvers import ViewMechanism, ViewSolution
+
+    first = parts[0][1]
+    views = list(first.views)
+    keys, sols, prec = [], {}, np.zeros(len(views))
+    for i, attrs in enumerate(views):
+        mechs = [(a, p.solutions[p.keys[i]].mechanism, s2[i]) for a, p, s2 in parts if np.isfinite(s2[i])]
+        sig = content_hash("mix", *(f"{a!r}:{p.keys[i]}:{s2[i]!r}" for a, p, s2 in parts))
+        if not mechs:
+            keys.append(sig)
+            sols.setdefault(sig, ViewSolution(parts[0][1].solutions[parts[0][1].keys[i]].mechanism, 0.0, 0.0, method))
+            prec[i] = 0.0
+            continue
+        if all(m is mechs[0][1] for _, m, _ in mechs):
+            mech, p_i = mechs[0][1], sum(a / s2 for a, _, s2 in mechs)
+        else:
+            if math.prod(mechs[0][1].sizes) > max_cells:
+                return None
+            y = sum(a * m.dense_x() / s2 for a, m, s2 in mechs)
+            p_i = float(np.diag(y).max())
+            mech = ViewMechanism("dense", mechs[0][1].sizes, (y / p_i,))
+        if sig not in sols:
+            sols[sig] = ViewSolution(mech, 0.0, 0.0, method, "mixture of max-objective iterates")
+        keys.append(sig)
+        prec[i] = p_i
+    sigma2 = np.where(prec > 0, 1.0 / np.where(prec > 0, prec, 1.0), np.inf)
+    costs = np.array([sols[k].mechanism.max_diag() for k in keys])
+    alloc = Allocation(sigma2, 0.0, budget.beta, costs)
+    return Plan(workload.schema, workload, method, budget, views, keys, np.ones(len(views)), np.zeros(len(views)), np.zeros(len(views)),
+                alloc, sols, first.workload_views)

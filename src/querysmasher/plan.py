@@ -301,8 +301,9 @@ def load_plan(path) -> Plan:
         finite = np.isfinite(sigma2)
         costs = _view_costs(keys, solutions)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
+        certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
             v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
-            list(summary["notes"]),
+            list(summary["notes"]), summary.get("objective", "sum"), certificate or None,
         )
