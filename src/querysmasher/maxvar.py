@@ -154,43 +154,97 @@ def weighted_decomposition(workload: Workload, classes: list[QueryClass], nu: li
     return Decomposition(workload, d.store, grams, d.seconds)
 
 
-def _class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
-    """w_q Var_q for the queries of each class, from one representative view (symmetry)."""
+_PINV_CACHE: dict[str, np.ndarray] = {}  # content hash of a mechanism matrix -> its pseudo-inverse; cleared per plan_max
+
+
+def _pinv_of(m: np.ndarray) -> np.ndarray:
+    """pinv_psd, once per distinct matrix content (RP and WFF rebuild equal factors for every view)."""
+    from .solvers.base import pinv_psd
+
+    key = content_hash(str(m.shape), np.ascontiguousarray(m).tobytes())
+    if key not in _PINV_CACHE:
+        _PINV_CACHE[key] = pinv_psd(m)
+    return _PINV_CACHE[key]
+
+
+def _view_loss(gram: SubworkloadGram, store, mech) -> float:
+    """tr(G X^+), factor-wise with cached pseudo-inverses when both are Kronecker."""
+    from .solvers import mechanism_loss
+
+    if mech.kind == "kron" and all(not t.dense for t in gram.terms):
+        pinvs = [_pinv_of(m) for m in mech.mats]
+        return float(sum(t.coef * math.prod(float(np.sum(store[f] * p)) for f, p in zip(t.factors, pinvs)) for t in gram.terms))
+    return mechanism_loss(gram, store, mech)
+
+
+def _marginal_cell_variance(plan, v: WorkloadView) -> float:
+    """Var of one cell of a marginal view: sum over measured residual views A' of sigma^2 times
+    prod_{dropped} 1/n_i^2 times u X^+ u^T, u = ⊗_{kept} (e_0 - 1/n_i) (factor-wise for kron)."""
+    sizes = plan.schema.sizes
+    measured = {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
+    total = 0.0
+    for keep in itertools.product((False, True), repeat=len(v.attrs)):
+        sub = tuple(a for a, k in zip(v.attrs, keep) if k)
+        if sub not in measured:
+            continue
+        i = measured[sub]
+        mech = plan.solutions[plan.keys[i]].mechanism
+        us = [np.eye(1, sizes[a]).ravel() - 1.0 / sizes[a] for a in sub]
+        if mech.kind == "kron":
+            quad = math.prod(float(u @ _pinv_of(m) @ u) for u, m in zip(us, mech.mats))
+        else:
+            u = kron_dense([u[None, :] for u in us]).ravel()
+            quad = float(u @ _pinv_of(mech.mats[0] if mech.kind == "dense" else mech.dense_x()) @ u) if us else 1.0 / float(mech.dense_x()[0, 0])
+        dropped = math.prod(1.0 / sizes[a] ** 2 for a, k in zip(v.attrs, keep) if not k)
+        total += float(plan.allocation.sigma2[i]) * dropped * quad
+    return total
+
+
+def _representative_variances(plan, c: QueryClass) -> np.ndarray:
+    """Var_q of the class's queries on its first view (one marginal cell for a collapsed class:
+    all cells of a marginal have the same variance)."""
     from .reconstruct import view_variances
 
-    out = []
-    for c in classes:
-        var = c.weight * view_variances(plan, plan.workload.views[c.views[0]])
-        out.append(np.array([var.max()]) if c.collapsed else var)
-    return out
+    v = plan.workload.views[c.views[0]]
+    if c.collapsed:
+        return np.array([_marginal_cell_variance(plan, v)])
+    return view_variances(plan, v)
+
+
+def _class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
+    """w_q Var_q for the queries of each class, from one representative view (symmetry)."""
+    return [c.weight * _representative_variances(plan, c) for c in classes]
 
 
 def max_variance_of(plan) -> tuple[float, int, int]:
     """(max_q w_q Var_q, workload view index, query index in that view) over every query of the plan.
 
     Residual plans treat the views of one query class alike (one solve per distinct subproblem,
-    one noise scale per Gram), so one representative per class is evaluated; a full-domain plan
-    (``mm``) has no such symmetry and every view is evaluated.
+    one noise scale per Gram), so one representative per class is evaluated (one cell of a
+    marginal view: its cells are exchangeable); a full-domain plan (``mm``) has no such symmetry
+    and every view is evaluated.
     """
     from .fulldomain import is_full_domain_plan
     from .reconstruct import view_variances
 
-    views = range(len(plan.workload.views)) if is_full_domain_plan(plan) else [c.views[0] for c in query_classes(plan.workload)]
     best = (-np.inf, -1, -1)
-    for j in views:
-        v = plan.workload.views[j]
-        var = v.weight * view_variances(plan, v)
-        i = int(np.argmax(var))
-        if var[i] > best[0]:
-            best = (float(var[i]), j, i)
+    if is_full_domain_plan(plan):
+        candidates = ((j, v.weight * view_variances(plan, v)) for j, v in enumerate(plan.workload.views))
+    else:
+        candidates = ((c.views[0], c.weight * _representative_variances(plan, c)) for c in query_classes(plan.workload))
+    try:
+        for j, var in candidates:
+            i = int(np.argmax(var))
+            if var[i] > best[0]:
+                best = (float(var[i]), j, i)
+    finally:
+        _PINV_CACHE.clear()
     return best
 
 
 def _contributions(plan, classes: list[QueryClass], orbits: list[int]) -> np.ndarray:
     """A[q, g] = w_q Var_q when every view of orbit g has sigma^2 = 1 and no other view is measured
     (rows: class queries, from each class's representative view)."""
-    from .reconstruct import view_variances
-
     orbit_of = dict(zip(plan.views, orbits))
     a = np.zeros((sum(c.queries for c in classes), max(orbits) + 1))
     row = 0
@@ -200,8 +254,7 @@ def _contributions(plan, classes: list[QueryClass], orbits: list[int]) -> np.nda
         for g in sorted({orbit_of[sub] for sub in subs}):
             s2 = np.where(np.array(orbits) == g, 1.0, np.inf)
             one = dataclasses.replace(plan, allocation=Allocation(s2, 0.0, plan.budget.beta, plan.allocation.costs))
-            var = c.weight * view_variances(one, v)
-            a[row:row + c.queries, g] = var.max() if c.collapsed else var
+            a[row:row + c.queries, g] = c.weight * _representative_variances(one, c)
         row += c.queries
     return a
 
@@ -219,8 +272,14 @@ def _allocation_lower(a: np.ndarray, costs: np.ndarray, lam: np.ndarray, beta: f
     return float(np.sqrt(costs * np.maximum(lam @ a, 0.0)).sum()) ** 2 / beta
 
 
-def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float) -> _AllocationResult:
-    """min_s max_q (A s)_q s.t. sum_v c_v / s_v <= beta, s > 0 (views with a zero column unmeasured)."""
+def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float, *, polish_tol: float = 1e-11, polish_steps: int = 3000) -> _AllocationResult:
+    """min_s max_q (A s)_q s.t. sum_v c_v / s_v <= beta, s > 0 (views with a zero column unmeasured).
+
+    cvxpy/Clarabel gives a starting point; the dual is then polished by multiplicative steps
+    lambda_q <- lambda_q ((A s(lambda))_q / (lambda^T A s(lambda)))^2, where s(lambda) is the
+    weighted-sum allocation s_v = gamma sqrt(c_v / (lambda^T A)_v): every step gives an exact lower
+    bound (the dual value) and an exact upper bound (max_q (A s(lambda))_q), and the best pair is kept.
+    """
     import cvxpy as cp
 
     used = np.flatnonzero(a.max(axis=0) > 0)
@@ -228,18 +287,37 @@ def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float) -> _AllocationRe
     scale = float(au.max())
     u = cp.Variable(used.size, pos=True)  # precisions 1 / s_v, so the budget is linear
     t = cp.Variable()
-    cons = [cp.sum(cp.multiply(cu, u)) <= beta]
-    rows = [au[q] / scale @ cp.inv_pos(u) <= t for q in range(au.shape[0])]
-    prob = cp.Problem(cp.Minimize(t), cons + rows)
-    prob.solve(solver=cp.CLARABEL)
-    lam = np.maximum(np.array([float(r.dual_value) for r in rows]), 0.0)
-    lam = lam / lam.sum() if lam.sum() > 0 else np.full(len(rows), 1.0 / len(rows))
-    prec = np.maximum(np.asarray(u.value, dtype=float), 1e-300)
+    rows = (au / scale) @ cp.inv_pos(u) <= t
+    try:
+        cp.Problem(cp.Minimize(t), [cp.sum(cp.multiply(cu, u)) <= beta, rows]).solve(solver=cp.CLARABEL)
+        lam = np.maximum(np.asarray(rows.dual_value, dtype=float).ravel(), 0.0)
+        prec = np.maximum(np.asarray(u.value, dtype=float), 1e-300)
+    except (cp.error.SolverError, TypeError, ValueError):  # fall back to the polishing steps alone
+        lam, prec = np.ones(au.shape[0]), np.ones(used.size)
+    lam = lam / lam.sum() if lam.sum() > 0 else np.full(au.shape[0], 1.0 / au.shape[0])
     prec *= beta / float(cu @ prec)  # spend exactly beta
+    best_s, best_up = 1.0 / prec, float((au / prec).sum(axis=1).max())
+    best_lam, best_low = lam, _allocation_lower(au, cu, lam, beta)
+    floor = 1e-15
+    for _ in range(polish_steps):
+        if (best_up - best_low) <= polish_tol * best_up:
+            break
+        lam = np.maximum(lam, floor * lam.max())
+        lam = lam / lam.sum()
+        b = lam @ au
+        root = np.sqrt(cu * b)
+        s_v = root.sum() / beta * np.sqrt(cu / b)
+        vals = au @ s_v
+        low = float(root.sum()) ** 2 / beta
+        if low > best_low:
+            best_low, best_lam = low, lam
+        if vals.max() < best_up:
+            best_up, best_s = float(vals.max()), s_v
+        lam = lam * (vals / float(lam @ vals)) ** 2
     sigma2 = np.full(a.shape[1], np.inf)
-    sigma2[used] = 1.0 / prec
-    values = (au / prec).sum(axis=1)
-    return _AllocationResult(sigma2, float(values.max()), _allocation_lower(au, cu, lam, beta), lam, values)
+    sigma2[used] = best_s
+    values = au @ best_s
+    return _AllocationResult(sigma2, float(values.max()), best_low, best_lam, values)
 
 
 def _split(flat: np.ndarray, classes: list[QueryClass]) -> list[np.ndarray]:
@@ -261,10 +339,11 @@ def plan_max(
     """A plan minimising the largest weighted query variance, with a certificate (see module doc)."""
     from .plan import Plan, assemble_plan, solve_distinct
     from .schema import parse_schema
-    from .solvers import get_solver, mechanism_loss
+    from .solvers import get_solver
     from .workload import parse_workload
 
     t0 = time.perf_counter()
+    _PINV_CACHE.clear()
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
@@ -332,6 +411,15 @@ def plan_max(
             eta = min(eta * 1.5, 64.0)
         else:
             eta /= 2
+    # the multipliers of the best max-allocation are query weights too: when the shapes at those
+    # weights are the same (as for marginals, whose shapes never change), phi there closes the gap
+    if (best_up - best_low) / best_up > 0:
+        lam = np.maximum(best[1].lam, _NU_FLOOR / total)
+        l_phi, l_low, l_var, l_plan, l_alloc = evaluate(lam / lam.sum())
+        history.append((l_low, l_alloc.upper))
+        best_low = max(best_low, l_low)
+        if l_alloc.upper < best_up:
+            best_up, best = l_alloc.upper, (l_plan, l_alloc)
     # the mixture sum_t alpha_t Y^t of the iterates' mechanisms is feasible and, by convexity, no
     # query's variance exceeds sum_t alpha_t Var_q(Y^t); its own max-allocation can only improve it
     if mix is not None and mix[1] < best_up:
@@ -344,7 +432,7 @@ def plan_max(
     # the final plan: the best shapes with the max-optimal allocation, losses on the real workload
     sigma2 = alloc.sigma2 / budget.beta
     grams = base.grams
-    losses = np.array([mechanism_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
+    losses = np.array([_view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
     costs = np.array([wplan.solutions[k].mechanism.max_diag() for k in wplan.keys])
     finite = np.isfinite(sigma2)
     allocation = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
@@ -361,6 +449,7 @@ def plan_max(
         "max_iterations": iterations,
         "max_history": [(lo / budget.beta, up / budget.beta) for lo, up in history],
     }
+    _PINV_CACHE.clear()
     return plan
 
 
