@@ -42,7 +42,7 @@ def oracle_all_mechanisms(workload, beta: float) -> float:
     t = cp.Variable()
     cons = [cp.diag(y) <= beta]
     for q, wt in zip(w, weights):
-        cons.append(cp.bmat([[y, q[:, None]], [q[None, :], cp.reshape(t / wt, (1, 1))]]) >> 0)
+        cons.append(cp.bmat([[y, q[:, None]], [q[None, :], cp.reshape(t / wt, (1, 1), order="C")]]) >> 0)
     cp.Problem(cp.Minimize(t), cons).solve(solver=cp.CLARABEL)
     return float(t.value)
 
@@ -68,7 +68,7 @@ def oracle_residual_family(workload, beta: float) -> float:
                 if np.abs(qs[i]).max() < 1e-12:
                     continue
                 s = cp.Variable()
-                cons.append(cp.bmat([[ys[sub], qs[i][:, None]], [qs[i][None, :], cp.reshape(s, (1, 1))]]) >> 0)
+                cons.append(cp.bmat([[ys[sub], qs[i][:, None]], [qs[i][None, :], cp.reshape(s, (1, 1), order="C")]]) >> 0)
                 terms.append(s)
             cons.append(v.weight * sum(terms) <= top)
     cp.Problem(cp.Minimize(top), cons).solve(solver=cp.CLARABEL)
