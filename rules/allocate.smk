@@ -14,6 +14,7 @@ rule allocate:
         summary=f"{R}/{{experiment}}/plan.json",
     params:
         method=lambda wc: experiment_of(wc).method,
+        objective=lambda wc: experiment_of(wc).objective,
         budget=lambda wc: experiment_of(wc).budget,
         delta=config["delta"],
         experiment=lambda wc: experiment_of(wc).as_dict(),

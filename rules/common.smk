@@ -73,7 +73,7 @@ CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 
 wildcard_constraints:
-    experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+",
+    experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+(?:__max)?",
     key=layout.KEY_PATTERN,
     bid=layout.KEY_PATTERN,
     ns=layout.NS_PATTERN,

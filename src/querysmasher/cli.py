@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", parents=[common], help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
-    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm (default qs)")
+    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm | mm (default qs); mm: the exact matrix mechanism over the full domain (small domains)")
+    p.add_argument("--objective", choices=("sum", "max"), default="sum", help="minimise the total weighted variance (sum, default) or the largest weighted query variance (max; qs, wff, rp)")
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -157,8 +158,8 @@ def _solver_options(args: argparse.Namespace) -> dict:
         if args.max_dense_cells < 1:
             raise InputError("--max-dense-cells", args.max_dense_cells, "must be >= 1")
         opts["max_dense_cells"] = args.max_dense_cells
-    if opts and args.method != "qs":
-        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs only")
+    if opts and args.method not in ("qs", "mm"):
+        raise InputError("--method", args.method, "--target-gap and --max-dense-cells apply to qs and mm only")
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
@@ -166,9 +167,9 @@ def _solver_options(args: argparse.Namespace) -> dict:
         import yaml
 
         opts[key.strip()] = yaml.safe_load(value)
-    if args.option and args.method == "hdmm":
-        raise InputError("--option", ",".join(args.option), "hdmm takes no solver options")
-    if opts:
+    if args.option and args.method in ("hdmm", "mm"):
+        raise InputError("--option", ",".join(args.option), f"{args.method} takes no solver options")
+    if opts and args.method != "mm":
         from .solvers import get_solver
 
         try:  # the solver's own check of its options, before any work
@@ -182,7 +183,7 @@ def _plan(args: argparse.Namespace) -> int:
     from .plan import make_plan, save_plan
     from .solvers import SOLVERS
 
-    methods = sorted(SOLVERS) + ["hdmm"]
+    methods = sorted(SOLVERS) + ["hdmm", "mm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
     if args.method == "hdmm" and args.neighbours != "add-remove":
@@ -201,11 +202,13 @@ def _plan(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if args.method == "hdmm":
+            if args.objective != "sum":
+                raise InputError("--objective", args.objective, "hdmm minimises the sum of variances only")
             from .hdmm import plan_hdmm
 
             plan = plan_hdmm(args.schema, args.workload, budget, all_numeric=args.all_numeric)
         else:
-            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
+            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts, objective=args.objective)
     for w in caught:
         log.warning("%s", w.message)
     if args.out:
@@ -223,6 +226,12 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
+        if "max_variance" in s:
+            q = s["max_variance_query"]
+            print(f"max variance {s['max_variance']:.6g} (query {q['index']} of {q['family']} on {','.join(q['view']) or 'the total'})"
+                  + (f"; certified lower bound {s['max_variance_lower_bound']:.6g} (relative gap {s['max_variance_gap']:.2e})" if "max_variance_lower_bound" in s else ""))
+        if "svd_bound" in s:
+            print(f"SVD bound on RMSE (any Gaussian mechanism) {s['svd_bound_rmse']:.6g}")
         if s.get("noise") == "laplace":
             print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
         else:

@@ -12,12 +12,14 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from .accounting import Budget, mechanism_cost
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
+from .errors import InputError
 from .linalg import MatrixStore
 from .logs import progress
 from .schema import Schema, parse_schema
@@ -47,6 +49,8 @@ class Plan(PredictedError):
     workload_views: int
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    objective: str = "sum"  # what the mechanisms and the allocation minimise: "sum" or "max" variance
+    max_certificate: dict | None = None  # objective "max": lower bound on the optimum, gap, iterations
 
     @property
     def certified(self) -> bool:
@@ -63,7 +67,30 @@ class Plan(PredictedError):
         tv = self.total_variance
         return (tv - self.lower_bound) / tv if tv > 0 else 0.0
 
+    @cached_property
+    def svd_bound(self) -> float | None:
+        """The SVD bound on every Gaussian mechanism's total variance at this budget, where exactly
+        computable (:func:`querysmasher.svd_bound.svd_bound`); None otherwise."""
+        from .svd_bound import svd_bound
+
+        t0 = time.perf_counter()
+        b = svd_bound(self.workload)
+        self.phase_seconds["svd_bound"] = time.perf_counter() - t0
+        return None if b is None else b / self.budget.beta
+
+    @cached_property
+    def max_variance(self) -> tuple[float, int, int]:
+        """(largest weighted query variance, workload view index, query index within the view)."""
+        from .maxvar import max_variance_of
+
+        t0 = time.perf_counter()
+        out = max_variance_of(self)
+        self.phase_seconds["max_variance"] = time.perf_counter() - t0
+        return out
+
     def summary(self) -> dict:
+        value, j, i = self.max_variance
+        v = self.workload.views[j]
         out = {
             "schema": self.schema.name,
             "workload": self.workload.spec,
@@ -79,11 +106,21 @@ class Plan(PredictedError):
             "seconds": sum(self.phase_seconds.values()),
             "phase_seconds": dict(self.phase_seconds),
             "notes": list(self.notes),
+            "objective": self.objective,
+            "max_variance": value,
+            "max_variance_query": {"view": [self.schema.names[a] for a in v.attrs], "family": v.family, "index": i},
         }
+        if self.max_certificate is not None:
+            out.update(self.max_certificate)
         if self.certified:
             out["lower_bound"] = self.lower_bound
             out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
             out["gap"] = self.gap
+        if self.svd_bound is not None:
+            out["svd_bound"] = self.svd_bound
+            out["svd_bound_rmse"] = rmse(self.svd_bound, self.queries)
+        out["seconds"] = sum(self.phase_seconds.values())
+        out["phase_seconds"] = dict(self.phase_seconds)
         return out
 
     def __repr__(self) -> str:
@@ -150,12 +187,30 @@ def make_plan(
     *,
     all_numeric: bool = False,
     solver_options: dict | None = None,
+    objective: str = "sum",
 ) -> Plan:
-    """The whole planning pipeline in one call (what ``querysmasher plan`` runs)."""
+    """The whole planning pipeline in one call (what ``querysmasher plan`` runs).
+
+    ``objective`` "sum" minimises the total weighted variance, "max" the largest weighted query
+    variance (:mod:`querysmasher.maxvar`).
+    """
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
+    if objective not in ("sum", "max"):
+        raise InputError("objective", objective, "must be 'sum' or 'max'")
+    if objective == "max":
+        if method not in ("qs", "wff", "rp"):
+            raise InputError("objective", objective, f"is implemented for qs, wff and rp, not {method}")
+        from .maxvar import plan_max
+
+        return plan_max(schema, workload, method, budget, solver_options=solver_options)
+    if method == "mm":  # the whole domain at once: no residual decomposition
+        from .solvers.mm import plan_mm
+
+        names = {"target_gap": "target_gap", "max_dense_cells": "max_cells"}
+        return plan_mm(schema, workload, budget, **{names[k]: v for k, v in (solver_options or {}).items()})
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
@@ -247,8 +302,9 @@ def load_plan(path) -> Plan:
         finite = np.isfinite(sigma2)
         costs = _view_costs(keys, solutions, budget.neighbours)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
+        certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
             v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
-            list(summary["notes"]),
+            list(summary["notes"]), summary.get("objective", "sum"), certificate or None,
         )

@@ -23,6 +23,7 @@ import numpy as np
 
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
+from .fulldomain import is_full_domain_plan, marginalise, plan_query_variances, plan_view_variances
 from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
 from .measure import Measurements, pinv_sqrt_apply
@@ -88,6 +89,11 @@ class Reconstruction:
         if attrs in self._tables:
             return self._tables[attrs]
         sizes = self.plan.schema.sizes
+        if is_full_domain_plan(self.plan):  # one full-domain estimate: marginalise it (method mm)
+            full = self.residual(self.plan.views[0])
+            total = np.zeros(math.prod(sizes[a] for a in attrs)) if full is None else marginalise(full, sizes, attrs)
+            self._tables[attrs] = total
+            return total
         total = None
         for r in range(len(attrs) + 1):
             for sub in itertools.combinations(attrs, r):
@@ -130,6 +136,8 @@ def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
 
 def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
     """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
+    if is_full_domain_plan(plan):
+        return plan_query_variances(plan, attrs, queries)
     q = np.atleast_2d(np.asarray(queries, dtype=float))
     sizes = tuple(plan.schema.sizes[a] for a in attrs)
     measured = _measured(plan)
@@ -149,6 +157,8 @@ def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
     """Variances of every query of a workload view; factor-wise for product families over
     Kronecker mechanisms (outer products of per-attribute vectors), explicit otherwise."""
     sizes_all = plan.schema.sizes
+    if is_full_domain_plan(plan):
+        return plan_view_variances(plan, v)
     if not v.factors:
         return query_variances(plan, v.attrs, view_query_matrix(plan.workload, v))
     qs = [query_matrix_1d(f, sizes_all[a]) for f, a in zip(v.factors, v.attrs)]

@@ -64,11 +64,12 @@ class Experiment:
     budget: object  # config value: a number (beta) or a string such as "rho=0.5"
     seed: int
     data: dict = field(default_factory=dict)
+    objective: str = "sum"  # "sum" or "max" (querysmasher.maxvar)
 
     def as_dict(self) -> dict:
         return {
             "experiment": self.name, "schema": self.schema, "schema_spec": self.schema_spec, "all_numeric": self.all_numeric,
-            "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed,
+            "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed, "objective": self.objective,
         }
 
 
@@ -87,8 +88,9 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
                 for m in grid["methods"]:
                     for b in grid.get("budgets", [1.0]):
                         for seed in grid.get("seeds", [0]):
-                            name = experiment_name(s, w, m, b, seed)
-                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed), dict(entry.get("data") or default_data))
+                            objective = grid.get("objective", "sum")
+                            name = experiment_name(s, w, m, b, seed) + ("__max" if objective == "max" else "")
+                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed), dict(entry.get("data") or default_data), objective)
                             old = out.get(name)
                             if old is not None and old.as_dict() != e.as_dict():
                                 raise InputError(f"config grid[{g}]", name, f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec")
@@ -117,6 +119,8 @@ def check_config(config: dict) -> dict[str, Experiment]:
         if e.method not in SOLVERS and e.method not in WHOLE_WORKLOAD_METHODS:
             known = sorted([*SOLVERS, *WHOLE_WORKLOAD_METHODS])
             raise InputError("config grid method", e.method, f"has no solver in this querysmasher (available: {', '.join(known)})")
+        if e.objective == "max" and e.method not in ("qs", "wff", "rp"):
+            raise InputError("config grid objective", e.objective, f"is implemented for qs, wff and rp, not {e.method}")
         sk = (e.schema_spec, e.all_numeric)
         if sk not in parsed:
             try:

@@ -30,7 +30,7 @@ STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workload": (("querysmasher.workload", "querysmasher.io"), ("steps.write_workload_file",)),
     "decompose": (("querysmasher.decompose", "querysmasher.solvers", "querysmasher.io"), ("steps.decompose_to_files", "hdmm_steps.decompose_hdmm")),
     "solve": (("querysmasher.plan", "querysmasher.io"), ("steps.solve_subproblem_files",)),
-    "allocate": (("querysmasher.plan", "querysmasher.io"), ("steps.assemble_plan_from_files", "hdmm_steps.plan_hdmm_to_files")),
+    "allocate": (("querysmasher.plan", "querysmasher.io"), ("steps.assemble_plan_from_files", "steps.plan_max_to_files", "hdmm_steps.plan_hdmm_to_files")),
     "measure": (("querysmasher.measure", "querysmasher.data"), ("steps.measure_to_file", "hdmm_steps.measure_hdmm")),
     "reconstruct": (("querysmasher.reconstruct",), ("steps.reconstruct_to_file", "hdmm_steps.reconstruct_hdmm")),
     "evaluate": (("querysmasher.reconstruct", "querysmasher.data"), ("evaluate.evaluate", "hdmm_steps.evaluate_hdmm")),

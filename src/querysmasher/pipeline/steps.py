@@ -21,7 +21,7 @@ from .layout import batch_path, solve_path, solver_namespace, subproblem_path, w
 
 __all__ = [
     "logged", "write_workload_file", "read_workload_file", "decompose_to_files", "solve_subproblem_files",
-    "assemble_plan_from_files", "measure_to_file", "reconstruct_to_file",
+    "assemble_plan_from_files", "plan_max_to_files", "measure_to_file", "reconstruct_to_file",
 ]
 
 
@@ -206,6 +206,24 @@ def assemble_plan_from_files(
         raise ValueError(f"no solution for {len(missing)} subproblem(s), e.g. {missing[0]}")
     used = {k for k, _ in keys.values()}
     plan = assemble_plan(d, sols, method, parse_budget(budget, delta), {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
+    save_plan(plan, plan_path)
+    summary = plan.summary()
+    summary.update(experiment or {})
+    summary["predicted_rmse"] = plan.rmse
+    summary["certified"] = plan.certified
+    summary["privacy"] = plan.budget.to_dict()
+    write_json(plan_json_path, summary)
+    return summary
+
+
+def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None, experiment: dict | None = None) -> dict:
+    """Objective "max": the whole max-variance planning (:func:`querysmasher.maxvar.plan_max`, which
+    re-solves the views under its own query weights; the sum-objective solves are not used); writes
+    ``plan.h5`` and ``plan.json`` like :func:`assemble_plan_from_files`."""
+    from ..plan import make_plan, save_plan
+
+    w = read_workload_file(workload_path)
+    plan = make_plan(w.schema, w, method, parse_budget(budget, delta), objective="max")
     save_plan(plan, plan_path)
     summary = plan.summary()
     summary.update(experiment or {})
