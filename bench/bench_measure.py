@@ -69,9 +69,8 @@ def main() -> None:
     record("measure", t0)
 
     t0 = time.perf_counter()
-    meas = load_measurements(tmp / "m.h5")
-    rec = reconstruct(plan, meas)
-    info = save_answers(tmp / "answers.h5", rec)
+    with load_measurements(tmp / "m.h5") as meas:
+        info = save_answers(tmp / "answers.h5", reconstruct(plan, meas))
     record("reconstruct", t0)
 
     sizes = {p.name: round(p.stat().st_size / 2**20, 1) for p in tmp.iterdir()}

@@ -1,5 +1,6 @@
 # Stage 4: allocate the budget over the residual views -> plan.h5 + plan.json (predicted RMSE,
 # certified lower bound when every view is certified, privacy as beta / rho / mu / (eps, delta)).
+# HDMM (no decomposition, no solves) runs its whole-workload optimisers here (hdmm_steps).
 
 
 rule allocate:
@@ -7,12 +8,13 @@ rule allocate:
         workload=f"{R}/{{experiment}}/workload.h5",
         decomposition=f"{R}/{{experiment}}/decomposition.json",
         manifest=manifest_path,
-        solves=solve_files,
+        solves=experiment_solve_files,
     output:
         plan=f"{R}/{{experiment}}/plan.h5",
         summary=f"{R}/{{experiment}}/plan.json",
     params:
         method=lambda wc: experiment_of(wc).method,
+        objective=lambda wc: experiment_of(wc).objective,
         budget=lambda wc: experiment_of(wc).budget,
         delta=config["delta"],
         experiment=lambda wc: experiment_of(wc).as_dict(),
@@ -22,7 +24,7 @@ rule allocate:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=lambda wc: 4000 if experiment_of(wc).method == "hdmm" else 2000,  # HDMM optimises the whole workload here
+        runtime=lambda wc: 120 if experiment_of(wc).method == "hdmm" else 30,
     script:
         "../scripts/allocate.py"

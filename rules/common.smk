@@ -2,41 +2,82 @@
 #
 # Everything that can be wrong in the config fails HERE, while the Snakefile is parsed, before any
 # job runs: the JSON schema (config/schema.yaml: unknown keys, types, enums, patterns; it also fills
-# in defaults), then querysmasher.stages.check_config (every schema and workload parses, every
+# in defaults), then querysmasher.pipeline.config.check_config (every schema and workload parses, every
 # method has a solver, budgets and data sources are valid), with one line naming the key/value and
 # the reason.
 
 import json
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from querysmasher import stages
 from querysmasher.errors import InputError
+from querysmasher.pipeline import datasets, hdmm_steps, layout
+from querysmasher.pipeline.config import check_config, format_validation_error
+from querysmasher.pipeline.fingerprint import library_fingerprint
 
 try:
     validate(config, "../config/schema.yaml")
 except WorkflowError:
     schema_file = os.path.join(workflow.basedir, "..", "config", "schema.yaml")
-    raise WorkflowError(stages.format_validation_error(config, schema_file)) from None
+    raise WorkflowError(format_validation_error(config, schema_file)) from None
 
 try:
-    EXPERIMENTS = stages.check_config(config)
+    EXPERIMENTS = check_config(config)
+    # experiments whose method cannot plan their workload (HDMM on non-product families): a config
+    # error, or -- with `unsupported: skip` -- set aside (the paper's tables print NI for them)
+    EXPERIMENTS, UNSUPPORTED = hdmm_steps.set_aside_unsupported(EXPERIMENTS, config["unsupported"])
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
-R = stages.RESULTS
+R = layout.RESULTS
+
+
+def _releases():
+    """Release mode: every release spec of the config, checked now; those whose data file is
+    absent are skipped with a warning (like the grid's synthetic fallback, but a release never
+    falls back to other records)."""
+    from querysmasher.release import parse_release_spec, release_workload
+    from querysmasher.schema import parse_schema
+
+    out = {}
+    for name, raw in (config.get("releases") or {}).items():
+        try:
+            spec = parse_release_spec(raw)
+            if not os.path.isfile(spec.data) or not os.path.isfile(spec.domain):
+                print(f"warning: release {name!r} skipped: {spec.data} or {spec.domain} is absent", file=sys.stderr)
+                continue
+            release_workload(spec.tables, parse_schema(spec.domain))  # attribute names, sizes
+        except InputError as exc:
+            raise WorkflowError(f"invalid config: releases.{name}: {exc}") from None
+        out[name] = spec
+    return out
+
+
+RELEASE_SPECS = _releases()
+
+
+def release_spec(wildcards):
+    try:
+        return RELEASE_SPECS[wildcards.name]
+    except KeyError:
+        raise WorkflowError(f"release {wildcards.name!r} is not in the config's releases (or its data is absent)") from None
+
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
+# per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
+MEASURED = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 
 wildcard_constraints:
-    experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+",
-    key=stages.KEY_PATTERN,
-    bid=stages.KEY_PATTERN,
-    ns=stages.NS_PATTERN,
+    experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+(?:__max)?",
+    key=layout.KEY_PATTERN,
+    bid=layout.KEY_PATTERN,
+    ns=layout.NS_PATTERN,
+    name=r"[A-Za-z0-9._-]+",
 
 
 def experiment_of(wildcards):
@@ -56,7 +97,7 @@ _FINGERPRINTS = {}
 def lib(stage, method=None):
     """Library version + hash of the code this stage runs (a params entry: edits re-run the rule)."""
     if (stage, method) not in _FINGERPRINTS:
-        _FINGERPRINTS[(stage, method)] = stages.library_fingerprint(stage, method)
+        _FINGERPRINTS[(stage, method)] = library_fingerprint(stage, method)
     return _FINGERPRINTS[(stage, method)]
 
 
@@ -68,13 +109,12 @@ def exp_path(name, wildcards):
 
 
 def workload_inputs(wildcards):
-    """Files a workload spec reads: a schema file and custom query files (if any)."""
+    """Files a workload spec reads: a schema file, a workload file and custom query files (if any)."""
+    from querysmasher.workload import workload_input_files
+
     e = experiment_of(wildcards)
     files = [e.schema_spec] if os.path.isfile(e.schema_spec) else []
-    for term in e.workload.split("+"):
-        if term.startswith("custom:"):
-            files.append(term[len("custom:"):].split("@")[0])
-    return files
+    return files + workload_input_files(e.workload)
 
 
 # --------------------------------------------------------------------------- after the checkpoint
@@ -85,7 +125,8 @@ def manifest_path(wildcards):
     return checkpoints.decompose.get(experiment=wildcards.experiment).output.manifest
 
 
-def solve_files(wildcards):
+def experiment_solve_files(wildcards):
+    """The solve files (paths) an experiment's plan reads, from its manifest."""
     with open(manifest_path(wildcards)) as fh:
         return json.load(fh)["solve_files"]
 
@@ -123,7 +164,7 @@ def solve_entry(ns, file_id):
 
 
 def solve_method(wildcards):
-    method = stages.method_of_namespace(wildcards.ns)
+    method = layout.method_of_namespace(wildcards.ns)
     if method not in {e.method for e in EXPERIMENTS.values()}:
         raise WorkflowError(f"solve folder {wildcards.ns!r}: method {method!r} is not in the config's grid")
     return method
@@ -153,22 +194,24 @@ def solve_resource(file_id, what):
 
 
 def batch_members(wildcards):
-    path = stages.batch_path(wildcards.bid)
+    path = layout.batch_path(wildcards.bid)
     if not os.path.exists(path):
         raise WorkflowError(f"{path} is missing: re-run the decompose checkpoints (snakemake -R decompose)")
     with open(path) as fh:
-        return [stages.subproblem_path(k) for k in json.load(fh)["keys"]]
+        return [layout.subproblem_path(k) for k in json.load(fh)["keys"]]
 
 
 # --------------------------------------------------------------------------- data
 
 
-def data_inputs(wildcards):
-    return stages.data_inputs(experiment_of(wildcards).data)
+def experiment_data_inputs(wildcards):
+    """The files an experiment's records come from (none for synthetic records)."""
+    return datasets.data_inputs(experiment_of(wildcards).data)
 
 
-def data_source(wildcards):
-    return stages.data_source(experiment_of(wildcards).data)
+def experiment_data_source(wildcards):
+    """Where an experiment's records come from (a rule param: a change re-runs the rule)."""
+    return datasets.resolve_data_source(experiment_of(wildcards).data)
 
 
 # --------------------------------------------------------------------------- targets
@@ -176,6 +219,10 @@ def data_source(wildcards):
 
 def experiment_targets():
     return [f"{R}/{name}/metrics.json" for name in sorted(EXPERIMENTS)]
+
+
+def release_targets():
+    return [f"{R}/releases/{name}" for name in sorted(RELEASE_SPECS)]
 
 
 AGGREGATE_TABLES = [f"{R}/tables/experiments.csv", f"{R}/tables/rmse.csv", f"{R}/tables/resources.csv"]

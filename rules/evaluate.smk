@@ -2,22 +2,31 @@
 # against the true answers. This rule reads the records too: it is an EVALUATION, not a release
 # (its output is not differentially private and is not meant to be published). Phase times and
 # peak memory come from the benchmark files of the experiment's jobs and of its solve jobs.
+# HDMM experiments release only where the full data vector fits (MEASURED, rules/common.smk).
 
-_STAGES = ["workload", "decompose", "allocate"] + (["measure", "reconstruct"] if RELEASE else [])
+def _stages(wc):
+    return ["workload", "decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
+
+
+def _release_inputs(wc):
+    """Answers and records (release runs only) and the benchmark file of every stage that ran."""
+    out = {f"bench_{s}": f"{R}/{wc.experiment}/benchmarks/{s}.tsv" for s in _stages(wc)}
+    if MEASURED[wc.experiment]:
+        out.update(answers=f"{R}/{wc.experiment}/answers.h5", data=experiment_data_inputs(wc))
+    return out
 
 
 rule evaluate:
     input:
+        unpack(_release_inputs),
         plan=f"{R}/{{experiment}}/plan.h5",
         manifest=f"{R}/{{experiment}}/manifest.json",
-        **({"answers": f"{R}/{{experiment}}/answers.h5", "data": data_inputs} if RELEASE else {}),
-        **{f"bench_{s}": f"{R}/{{experiment}}/benchmarks/{s}.tsv" for s in _STAGES},
     output:
         f"{R}/{{experiment}}/metrics.json",
     params:
-        source=data_source if RELEASE else None,
+        source=lambda wc: experiment_data_source(wc) if MEASURED[wc.experiment] else None,
         experiment=lambda wc: experiment_of(wc).as_dict(),
-        stages=_STAGES,
+        stages=_stages,
         lib=lib("evaluate"),
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",

@@ -7,11 +7,11 @@
 rule measure:
     input:
         plan=f"{R}/{{experiment}}/plan.h5",
-        data=data_inputs,
+        data=experiment_data_inputs,
     output:
         f"{R}/{{experiment}}/measurements.h5",
     params:
-        source=data_source,
+        source=experiment_data_source,
         seed=lambda wc: experiment_of(wc).seed,
         lib=lib("measure"),
     log:

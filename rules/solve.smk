@@ -2,7 +2,7 @@
 # experiment of the grid (and across runs):
 #   results/solves/{ns}/{key}.h5          one expensive subproblem per job
 #   results/solves/{ns}/batch-{bid}.h5    a batch of cheap ones (single-Kronecker, small or fast
-#                                         ones; see stages.plan_batches); identical batches -- same
+#                                         ones; see pipeline.cache.plan_batches); identical batches -- same
 #                                         member keys, hence same bid -- are shared by experiments
 # {ns} is the method (+ -o{hash} of solver options, + -c{workload id} for solvers that read
 # workload context via prepare(), which then re-run the deterministic decomposition of an

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from querysmasher import stages
+from querysmasher.pipeline.report import aggregate
+from querysmasher.pipeline.steps import logged
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
-    print(stages.aggregate(list(sm.input), Path(sm.output.experiments).parent, Path(sm.output.fig_rmse).parent))
+with logged(sm.log[0]):
+    print(aggregate(list(sm.input), Path(sm.output.experiments).parent, Path(sm.output.fig_rmse).parent))

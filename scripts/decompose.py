@@ -1,15 +1,19 @@
 """Checkpoint decompose: workload.h5 -> decomposition.json, manifest.json, and the content-addressed
-subproblem / batch files (querysmasher.stages.decompose_to_files)."""
+subproblem / batch files (querysmasher.pipeline.steps.decompose_to_files; for HDMM an empty
+decomposition: querysmasher.pipeline.hdmm_steps.decompose_hdmm)."""
 
-from querysmasher import stages
+from querysmasher.pipeline import hdmm_steps, steps
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with steps.logged(sm.log[0]):
     p = sm.params
-    info = stages.decompose_to_files(
-        sm.input[0], sm.output.decomposition, sm.output.manifest,
-        method=p.method, options=dict(p.options), batch_max_cells=p.batch_max_cells,
-        batch_max_seconds=p.batch_max_seconds, batch_size=p.batch_size, batch_seconds=p.batch_seconds,
-        experiment=sm.wildcards.experiment,
-    )
+    if p.method in hdmm_steps.WHOLE_WORKLOAD_METHODS:  # no residual views, no subproblems
+        info = hdmm_steps.decompose_hdmm(sm.input[0], sm.output.decomposition, sm.output.manifest, experiment=sm.wildcards.experiment)
+    else:
+        info = steps.decompose_to_files(
+            sm.input[0], sm.output.decomposition, sm.output.manifest,
+            method=p.method, options=dict(p.options), batch_max_cells=p.batch_max_cells,
+            batch_max_seconds=p.batch_max_seconds, batch_size=p.batch_size, batch_seconds=p.batch_seconds,
+            experiment=sm.wildcards.experiment,
+        )
     print(info)

@@ -1,15 +1,22 @@
 """Rule evaluate: predicted vs empirical RMSE, phase times, peak memory -> metrics.json
-(stages.evaluate). Reads the records to compute true answers: an evaluation, not a release."""
+(querysmasher.pipeline.evaluate; querysmasher.pipeline.hdmm_steps.evaluate_hdmm for an HDMM plan).
+Reads the records to compute true answers: an evaluation, not a release."""
 
-from querysmasher import stages
+from querysmasher.io import read_kind
+from querysmasher.pipeline.evaluate import evaluate
+from querysmasher.pipeline.hdmm_steps import evaluate_hdmm
+from querysmasher.pipeline.steps import logged
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-with stages.logged(sm.log[0]):
+with logged(sm.log[0]):
     keys = sm.input.keys()
-    m = stages.evaluate(
-        sm.input.plan, sm.output[0], manifest_path=sm.input.manifest,
+    common = dict(
         benchmarks={s: sm.input[f"bench_{s}"] for s in sm.params.stages},
         answers_path=sm.input.answers if "answers" in keys else None,
         source=dict(sm.params.source) if sm.params.source else None, experiment=dict(sm.params.experiment),
     )
+    if read_kind(sm.input.plan) == "hdmm-plan":
+        m = evaluate_hdmm(sm.input.plan, sm.output[0], **common)
+    else:
+        m = evaluate(sm.input.plan, sm.output[0], manifest_path=sm.input.manifest, **common)
     print({k: m.get(k) for k in ("predicted_rmse", "empirical_rmse", "total_seconds", "peak_memory_mb")})

@@ -1,4 +1,4 @@
-"""Rules solve / solve_batch: subproblem file(s) -> one solve file (querysmasher.stages.solve_files).
+"""Rules solve / solve_batch: subproblem file(s) -> one solve file (querysmasher.pipeline.steps.solve_subproblem_files).
 
 BLAS/OpenMP threads are capped at the rule's `threads` BEFORE numpy is imported.
 """
@@ -9,12 +9,12 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(sm.threads)
 
-from querysmasher import stages  # noqa: E402  (after the thread limits)
+from querysmasher.pipeline import steps  # noqa: E402  (after the thread limits)
 
-with stages.logged(sm.log[0]):
+with steps.logged(sm.log[0]):
     subproblems = sm.input.subproblems if "subproblems" in sm.input.keys() else [sm.input.subproblem]
     context = list(sm.input.context)
-    info = stages.solve_files(
+    info = steps.solve_subproblem_files(
         list(subproblems), sm.output[0], method=sm.params.method, options=dict(sm.params.options),
         workload_path=context[0] if context else None,
     )

@@ -5,12 +5,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture
 def adult_data() -> Path:
-    """The Adult CSV beside the project; skip only when ../shared/data is absent."""
-    if not (SHARED_DATA / "adult.csv").is_file():
-        pytest.skip(f"{SHARED_DATA} is absent")
-    return SHARED_DATA
+    """The Adult CSV shipped in the repository's data/ (data/README.md); skip only when absent."""
+    if not (REPO_DATA / "adult.csv").is_file():
+        pytest.skip(f"{REPO_DATA / 'adult.csv'} is absent")
+    return REPO_DATA

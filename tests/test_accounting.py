@@ -64,8 +64,11 @@ def test_allocation_uses_the_actual_privacy_costs():
 
     losses, costs = np.array([1.0, 4.0, 9.0]), np.array([1.0, 0.5, 0.9])
     a = allocate(losses, beta=1.5, costs=costs)
-    assert a.privacy_cost == pytest.approx(1.5, rel=1e-12) and a.privacy_cost <= 1.5
-    assert a.total_variance == pytest.approx(np.sqrt(losses * costs).sum() ** 2 / 1.5, rel=1e-12)
+    # Spent: beta (1 - BUDGET_MARGIN), the margin that keeps rounding from ever reaching beta.
+    from querysmasher.allocation import BUDGET_MARGIN
+
+    assert 1.5 * (1 - 2 * BUDGET_MARGIN) <= a.privacy_cost <= 1.5 * (1 - BUDGET_MARGIN / 2)
+    assert a.total_variance == pytest.approx(np.sqrt(losses * costs).sum() ** 2 / 1.5, rel=3 * BUDGET_MARGIN)
     assert a.total_variance < allocate(losses, beta=1.5).total_variance  # slack in a cost is used, not wasted
     with pytest.raises(ValueError):
         allocate(losses, 1.0, costs=[1.0, 0.0, 1.0])

@@ -35,6 +35,9 @@ def test_plan_json_has_the_documented_fields(tmp_path):
         (["--epsilon", "1", "--delta", "1.5"], "delta 1.5"),
         (["--epsilon", "1"], "needs --delta"),
         (["--rho", "1", "--mu", "1"], "exactly one"),
+        (["--option", "x=1"], "rp takes no options"),
+        (["--option", "x"], "must be KEY=VALUE"),
+        (["--method", "qs", "--option", "bogus=1"], "unexpected keyword argument 'bogus'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, args, needle):
@@ -76,3 +79,13 @@ def test_hdmm_through_the_commands(tmp_path):
     r = run("measure", "--plan", str(big), "--data", str(data), "--out", str(tmp_path / "m2.h5"))
     assert r.returncode == 2 and "max_domain_cells" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m2.h5").exists()
+
+
+def test_solver_option_flag_reaches_the_solver(capsys):
+    def summary(*extra):
+        assert main(["plan", "--schema", "synthetic:n=5,d=3", "--workload", "range:1+affine:2", "--method", "qs", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    loose = summary("--option", "target_gap=0.05")
+    assert loose["gap"] == pytest.approx(summary("--target-gap", "0.05")["gap"], rel=1e-9)
+    assert loose["gap"] > summary()["gap"]  # a looser target stops earlier

@@ -1,4 +1,4 @@
-"""HDMM (Gaussian): Table 4 figures, optimality facts, and brute force over the full domain."""
+"""HDMM (Gaussian): Table 4 figures, optimality facts, brute force over the full domain, plan files (both noises)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from bruteforce import marginal_map, pinv, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
-from querysmasher.hdmm import KronStrategy, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.implicit import ImplicitWorkload
 from querysmasher.plan import make_plan
 from querysmasher.schema import parse_schema
@@ -171,3 +171,90 @@ def test_implicit_workload_gram_is_the_explicit_one(schema):
     w = parse_workload("hybrid:1,2+range:1@2", schema)
     rows, weights = full_workload(w)
     assert np.allclose(ImplicitWorkload.from_workload(w).dense_gram(), rows.T @ (weights[:, None] * rows))
+
+
+# --- plan files: the stored strategy is loaded and verified, never re-optimised ---------------------
+
+_LOAD_WITHOUT_OPTIMISER = """
+import json, sys
+import scipy.optimize
+import querysmasher.hdmm.optimize as o, querysmasher.hdmm.optimize_laplace as l1, querysmasher.hdmm.plan as p, querysmasher.solvers.sdp as sdp
+def forbidden(*a, **k):
+    raise AssertionError("the optimiser ran")
+for mod in (o, l1):
+    for name in ("opt_0", "opt_kron", "opt_plus", "opt_marginals"):
+        setattr(mod, name, forbidden)
+for mod, name in [(p, "plan_hdmm"), (sdp, "solve_dense"), (l1, "minimize"), (scipy.optimize, "minimize")]:
+    setattr(mod, name, forbidden)
+from querysmasher.hdmm.files import load_hdmm_plan
+plan = load_hdmm_plan(sys.argv[1])
+print(json.dumps({"total_variance": plan.total_variance, "optimizer": plan.optimizer, "groups": len(plan.groups), "noise": plan.noise}))
+"""
+
+
+@pytest.mark.parametrize("optimizer, spec", [("kron", "prefix:1,2"), ("plus", "range:1+prefix:2"), ("marginals", "marginal:1,2"), ("opt0", "hybrid:1,2")])
+@pytest.mark.parametrize("budget", [Budget.from_rho(0.5), PureBudget(0.5)], ids=["gaussian", "laplace"])
+def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_path, optimizer, spec, budget):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from querysmasher.hdmm.files import save_hdmm_plan
+
+    plan = plan_hdmm(schema, spec, budget, optimizers=(optimizer,), restarts=2, seed=5)
+    path = tmp_path / "plan.h5"
+    save_hdmm_plan(plan, path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_OPTIMISER, str(path)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout)
+    assert loaded == {"total_variance": pytest.approx(plan.total_variance, rel=1e-12), "optimizer": optimizer, "groups": len(plan.groups), "noise": plan.noise}
+
+
+def _tamper(path, edit):
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        edit(f)
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda f: f["groups/0/strategy/weights"].__setitem__(0, 2.0), "privacy cost 2.0"),
+        (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 0.9 * f["groups/0/strategy/mats/0/0"][()] + 0.1 * np.eye(3)), "expected error"),
+        (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.2 * f["groups/0/strategy/mats/0/0"][()]), "max diagonal 1"),
+        (lambda f: f["groups/0"].attrs.__setitem__("error", f["groups/0"].attrs["error"] * 0.5), "expected error"),
+        (lambda f: f.attrs.__setitem__("hdmm_plan_format", 1), "HDMM plan format 1"),
+    ],
+)
+def test_a_tampered_plan_file_is_refused_in_one_line(schema, tmp_path, edit, needle):
+    from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
+
+    path = tmp_path / "plan.h5"
+    save_hdmm_plan(plan_hdmm(schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
+    assert load_hdmm_plan(path).optimizer == "kron"
+    _tamper(path, edit)
+    with pytest.raises(InputError, match="hdmm plan file") as e:
+        load_hdmm_plan(path)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_non_psd_factor_is_refused(schema, tmp_path):
+    """A factor with a negative eigenvalue and unit diagonal would be measured through its PSD part,
+    whose diagonal can exceed 1: the privacy cost would be under-reported."""
+    from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
+
+    path = tmp_path / "plan.h5"
+    save_hdmm_plan(plan_hdmm(schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
+    bad = np.array([[1.0, 0.9, 0.9], [0.9, 1.0, -0.9], [0.9, -0.9, 1.0]])
+    assert np.linalg.eigvalsh(bad).min() < 0
+
+    def edit(f):
+        del f["groups/0/strategy/mats/0/0"]
+        f["groups/0/strategy/mats/0"].create_dataset("0", data=bad)
+
+    _tamper(path, edit)
+    with pytest.raises(InputError, match="not symmetric positive semidefinite"):
+        load_hdmm_plan(path)

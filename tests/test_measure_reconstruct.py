@@ -15,7 +15,7 @@ from bruteforce import marginal_map, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.data import load_records, validate_records
 from querysmasher.errors import InputError
-from querysmasher.measure import make_rng, measure, measure_iter, plan_digest, save_measurements, sqrt_apply
+from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements, sqrt_apply
 from querysmasher.plan import make_plan, save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
@@ -93,8 +93,13 @@ def test_release_holds_no_true_count(small, tmp_path):
             seg = y[offs[k]:offs[k + 1]]
             assert not any(t.shape == seg.shape and np.allclose(t, seg, atol=1e-6) for t in true_vectors)
         assert not np.any(np.isclose(y, n, rtol=0, atol=1e-9))  # the exact record count appears nowhere
-        for name in ("view_index", "offsets"):
-            assert np.array_equal(f[name][()], f[name][()].astype(np.int64))  # structural integers only
+        # structural integers only: which views were measured and where each starts, both known
+        # from the plan alone (nothing derived from the records)
+        measured = measured_views(plan)
+        assert f["view_index"].dtype == np.int64 and f["offsets"].dtype == np.int64
+        assert np.array_equal(f["view_index"][()], measured)
+        cells = [int(np.prod([schema.sizes[a] for a in plan.views[i]])) for i in measured]
+        assert np.array_equal(f["offsets"][()], np.concatenate([[0], np.cumsum(cells)]))
 
 
 def test_seeded_release_is_marked_and_reproducible(small, tmp_path):
@@ -106,9 +111,28 @@ def test_seeded_release_is_marked_and_reproducible(small, tmp_path):
         save_measurements(tmp_path / f"{name}.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256="x")
     with h5py.File(tmp_path / "a.h5") as fa, h5py.File(tmp_path / "b.h5") as fb:
         assert fa.attrs["seeded"] and np.array_equal(fa["y"][()], fb["y"][()])
-    r1, _ = make_rng(None)
-    r2, _ = make_rng(None)
-    assert r1.random() != r2.random()  # OS entropy by default
+    assert make_rng(42)[1] and make_rng(42)[0].random() == np.random.default_rng(42).random()
+
+
+def test_unseeded_release_noise_comes_from_os_entropy(monkeypatch):
+    """Without a seed the generator is seeded with 128 fresh bits from the OS (``secrets``), a
+    different seed each time, and the release is not marked seeded."""
+    import querysmasher.measure as measure_module
+
+    drawn = []
+
+    def randbits(k):
+        drawn.append(secrets_randbits(k))
+        return drawn[-1]
+
+    secrets_randbits = measure_module.secrets.randbits
+    monkeypatch.setattr(measure_module.secrets, "randbits", randbits)
+    (r1, s1), (r2, s2) = make_rng(None), make_rng(None)
+    assert not s1 and not s2
+    assert len(drawn) == 2 and drawn[0] != drawn[1]
+    assert [r.bit_generator.seed_seq.entropy for r in (r1, r2)] == drawn
+    assert np.array_equal(r1.random(4), np.random.default_rng(drawn[0]).random(4))
+    assert not np.array_equal(r1.random(4), r2.random(4))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bruteforce import full_privacy_gram, full_workload, pinv
+from bruteforce import applied_full_privacy_gram, cost, full_privacy_gram, full_workload, pinv
 from querysmasher.accounting import Budget
 from querysmasher.plan import load_plan, make_plan, save_plan
 from querysmasher.schema import parse_schema
@@ -32,6 +32,8 @@ def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, 
         assert any(s.mechanism.kind == "lowrank" for s in plan.solutions.values())
     x = full_privacy_gram(plan)
     assert np.diag(x).max() <= budget.beta * (1 + 1e-9)
+    # The stored Grams are the operators measure applies (sqrt_apply on every unit vector).
+    assert np.allclose(applied_full_privacy_gram(plan), x, rtol=1e-7, atol=1e-9 * budget.beta)
     w, weights = full_workload(plan.workload)
     # Every workload query is estimable: its row lies in the range of X.
     xp = pinv(x)
@@ -40,6 +42,36 @@ def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, 
     assert float(weights @ variances) == pytest.approx(plan.total_variance, rel=1e-8)
     empirical_rmse = np.sqrt(weights @ variances / weights.sum())
     assert empirical_rmse == pytest.approx(plan.rmse, rel=1e-8)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("method", ["rp", "wff", "qs", "rpplus"])
+@pytest.mark.parametrize("neighbours", ["add-remove", "replace"])
+def test_applied_operator_costs_at_most_beta(schema, spec, method, neighbours):
+    """What measure releases (sqrt_apply on every unit vector) costs at most beta under the plan's
+    neighbouring relation, the recomputed cost measure checks is an upper bound on it, and the
+    plan spends the budget up to the allocation's margin."""
+    from querysmasher.measure import check_budget
+
+    budget = Budget.from_rho(0.3).with_neighbours(neighbours)
+    plan = make_plan(schema, spec, method, budget)
+    true_cost = cost(applied_full_privacy_gram(plan), neighbours)
+    checked = check_budget(plan)
+    assert true_cost <= budget.beta * (1 + 1e-9)
+    assert true_cost <= checked * (1 + 1e-9) and checked <= budget.beta
+    # The allocation spends the budget (under replace, the total count costs 0 and is charged a 1e-12 floor).
+    assert checked == pytest.approx(budget.beta, rel=1e-6 if neighbours == "add-remove" else 1e-5)
+    # The other relation is not covered: an add-remove plan can cost more than beta under replace.
+    other = cost(applied_full_privacy_gram(plan), "replace") if neighbours == "add-remove" else None
+    assert other is None or other >= true_cost
+
+
+def test_replace_costs_more_than_add_remove_for_the_same_mechanism(schema):
+    ar = make_plan(schema, "prefix:1,2", "qs", Budget.from_beta(1.0))
+    rep = make_plan(schema, "prefix:1,2", "qs", Budget.from_beta(1.0).with_neighbours("replace"))
+    assert cost(applied_full_privacy_gram(ar), "replace") > 1.0 + 1e-6  # not covered by an add-remove plan
+    assert cost(applied_full_privacy_gram(rep), "replace") <= 1.0 * (1 + 1e-9)
+    assert rep.rmse > ar.rmse  # a stronger relation costs accuracy
 
 
 def test_plan_file_round_trip(tmp_path, schema):

@@ -1,4 +1,4 @@
-"""QuerySmasher proper (method qs): Table 4 figures, certified bounds, and beating the paper."""
+"""QuerySmasher proper (method qs): certified optima on the Table 4 workloads, the paper's figures as upper bounds, and beating the paper."""
 
 import warnings
 
@@ -14,8 +14,17 @@ from querysmasher.workload import parse_workload
 BETA1 = Budget.from_beta(1.0)
 
 
+# The paper's Table 4, QS column (d = 40, beta = 1), as printed in the paper.
+PAPER_TABLE4_QS = {
+    (10, "marginal:1,2"): 23.48, (10, "prefix:1,2"): 33.70, (10, "range:1,2"): 41.08, (10, "circular:1,2"): 39.77,
+    (10, "prefix:1+affine:2"): 28.25, (10, "prefix:1+abs:2"): 35.85,
+    (20, "marginal:1,2"): 25.70, (20, "prefix:1,2"): 49.51, (20, "range:1,2"): 63.32, (20, "circular:1,2"): 63.01,
+    (20, "prefix:1+affine:2"): 35.71, (20, "prefix:1+abs:2"): 39.49,
+}
+
+
 @pytest.mark.parametrize(
-    "n, spec, expected",
+    "n, spec, certified",
     [
         (10, "marginal:1,2", 23.48), (20, "marginal:1,2", 25.70),
         (10, "prefix:1,2", 33.69), (20, "prefix:1,2", 49.38),
@@ -23,12 +32,16 @@ BETA1 = Budget.from_beta(1.0)
         (10, "circular:1,2", 39.77), (20, "circular:1,2", 63.01),
     ],
 )
-def test_table_4_product_workloads(n, spec, expected):
+def test_certified_optimum_on_product_workloads_is_at_most_the_papers_qs(n, spec, certified):
+    """Our RMSE on the Table 4 product workloads (certified optimal: duality gap <= 1e-4) is the
+    value found here, and the paper's QS figure is an upper bound on it (equal on marginal and
+    circular, where the paper's QS is optimal too; lower on prefix and range at n = 20)."""
     p = make_plan(f"synthetic:n={n},d=40", spec, "qs", BETA1)
     s = p.summary()
-    assert round(p.rmse, 2) == expected
+    assert round(p.rmse, 2) == certified
     assert s["gap"] <= 1e-4 and s["lower_bound"] <= s["total_variance"]
     assert s["distinct_solves"] == 3
+    assert round(p.rmse, 2) <= PAPER_TABLE4_QS[(n, spec)]
 
 
 def test_circular_equals_wff_which_is_optimal():
@@ -37,11 +50,9 @@ def test_circular_equals_wff_which_is_optimal():
     assert qs == pytest.approx(wff, rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    "n, spec, paper",
-    [(10, "prefix:1+affine:2", 28.25), (10, "prefix:1+abs:2", 35.85), (20, "prefix:1+affine:2", 35.71), (20, "prefix:1+abs:2", 39.49)],
-)
-def test_beats_the_papers_qs_on_affine_and_abs_with_a_certificate(n, spec, paper):
+@pytest.mark.parametrize("n, spec", [(10, "prefix:1+affine:2"), (10, "prefix:1+abs:2"), (20, "prefix:1+affine:2"), (20, "prefix:1+abs:2")])
+def test_beats_the_papers_qs_on_affine_and_abs_with_a_certificate(n, spec):
+    paper = PAPER_TABLE4_QS[(n, spec)]
     p = make_plan(f"synthetic:n={n},d=40", spec, "qs", BETA1)
     s = p.summary()
     assert p.rmse < paper

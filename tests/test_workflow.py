@@ -1,4 +1,4 @@
-"""The Snakemake workflow (workflow/Snakefile) and its library side (querysmasher.stages).
+"""The Snakemake workflow (workflow/Snakefile) and its library side (querysmasher.pipeline).
 
 Workflow tests run the snakemake CLI on tiny configs in a temporary working directory
 (``-s workflow/Snakefile -d TMP --configfile TMP/config.yaml``); they skip when snakemake is not
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from querysmasher import stages
+from querysmasher.pipeline import cache, config, datasets, fingerprint, layout, steps
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.io import read_kind
@@ -71,33 +71,33 @@ def h5_files(root: Path) -> list[Path]:
 
 def test_experiment_names_are_safe_and_distinct():
     specs = ["hybrid:1,2,3", "prefix:1+affine:2", "random[seed=3]:1,2@0.5", "range:1@2+abs:2", "custom:data/q.json"]
-    names = {stages.experiment_name("synthetic:n=10,d=40", w, "qs", 1.0, 0) for w in specs}
+    names = {layout.experiment_name("synthetic:n=10,d=40", w, "qs", 1.0, 0) for w in specs}
     assert len(names) == len(specs)
     for n in names:
         assert re.fullmatch(r"[A-Za-z0-9._-]+", n) and n.count("__") == 4
-    assert stages.experiment_name("cps", "hybrid:1,2", "rp", "rho=0.5", 7) == "cps__hybrid-1-2__rp__rho0.5__seed7"
-    long = stages.slugify("+".join(f"prefix:{k}" for k in range(1, 40)))
+    assert layout.experiment_name("cps", "hybrid:1,2", "rp", "rho=0.5", 7) == "cps__hybrid-1-2__rp__rho0.5__seed7"
+    long = layout.slugify("+".join(f"prefix:{k}" for k in range(1, 40)))
     assert len(long) <= 80
 
 
 def test_budgets_in_every_form():
-    assert stages.parse_budget(2.0).beta == 2.0
-    assert stages.parse_budget("rho=0.5").beta == pytest.approx(1.0)
-    assert stages.parse_budget("mu=2").beta == pytest.approx(4.0)
-    assert stages.parse_budget("eps=1,delta=1e-6").beta == pytest.approx(0.056029, abs=1e-6)
+    assert config.parse_budget(2.0).beta == 2.0
+    assert config.parse_budget("rho=0.5").beta == pytest.approx(1.0)
+    assert config.parse_budget("mu=2").beta == pytest.approx(4.0)
+    assert config.parse_budget("eps=1,delta=1e-6").beta == pytest.approx(0.056029, abs=1e-6)
     with pytest.raises(InputError, match="budget"):
-        stages.parse_budget("rh=1")
+        config.parse_budget("rh=1")
 
 
 def test_batches_are_deterministic_bounded_and_mostly_stable():
     rng = np.random.default_rng(0)
     keys = [f"{x:020x}" for x in rng.integers(0, 2**62, size=300)]
-    batches = stages.plan_batches(keys, 20)
-    assert batches == stages.plan_batches(list(reversed(keys)), 20)
+    batches = cache.plan_batches(keys, 20)
+    assert batches == cache.plan_batches(list(reversed(keys)), 20)
     assert sorted(k for b in batches for k in b) == sorted(keys) and max(map(len, batches)) <= 20
     # adding one subproblem changes few batches (content-defined boundaries): the rest stay shared
-    more = stages.plan_batches(keys + [f"{12345:020x}"], 20)
-    assert len({stages.batch_id(b) for b in batches} - {stages.batch_id(b) for b in more}) <= 3
+    more = cache.plan_batches(keys + [f"{12345:020x}"], 20)
+    assert len({cache.batch_id(b) for b in batches} - {cache.batch_id(b) for b in more}) <= 3
 
 
 def test_subproblem_files_are_written_once_and_read_back(tmp_path):
@@ -108,12 +108,12 @@ def test_subproblem_files_are_written_once_and_read_back(tmp_path):
     d = decompose(parse_workload("prefix:1+abs:2", parse_schema("synthetic:n=4,d=3")))
     for key, g in d.distinct().items():
         path = tmp_path / f"{key}.h5"
-        assert stages.write_subproblem(key, g, d.store, path)
+        assert cache.write_subproblem(key, g, d.store, path)
         before = path.stat().st_mtime_ns
         time.sleep(0.01)
-        assert not stages.write_subproblem(key, g, d.store, path)  # present: never touched
+        assert not cache.write_subproblem(key, g, d.store, path)  # present: never touched
         assert path.stat().st_mtime_ns == before
-        k2, g2, store2 = stages.read_subproblem(path)
+        k2, g2, store2 = cache.read_subproblem(path)
         assert k2 == key and g2.canonical(store2)[0] == key
         np.testing.assert_allclose(g2.dense(store2), g.dense(d.store))
     assert not list(tmp_path.glob(".*"))  # no temporary files left
@@ -121,10 +121,10 @@ def test_subproblem_files_are_written_once_and_read_back(tmp_path):
 
 def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     pkg = tmp_path / "querysmasher"
-    shutil.copytree(Path(stages.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(fingerprint.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
 
     def prints():
-        return {(s, m): stages.library_fingerprint(s, m, root=pkg) for s, m in
+        return {(s, m): fingerprint.library_fingerprint(s, m, root=pkg) for s, m in
                 [("solve", "rp"), ("solve", "qs"), ("reconstruct", None), ("measure", None), ("workload", None)]}
 
     base = prints()
@@ -141,23 +141,39 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     assert last[("solve", "rp")] != again[("solve", "rp")] and last[("workload", None)] == again[("workload", None)]
 
 
+@pytest.mark.parametrize("stage, functions, libraries, not_functions", [
+    ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
+    ("solve", {"steps.solve_subproblem_files", "steps.read_workload_file", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.plan", "querysmasher.decompose"}, {"cache.write_subproblem"}),
+    ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.QS_FACTOR_SECONDS", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
+    ("evaluate", {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"}, {"querysmasher.reconstruct", "querysmasher.atomic"}, {"report.aggregate"}),
+    ("aggregate", {"report.aggregate", "report._figures", "layout.budget_slug"}, {"querysmasher.atomic"}, {"evaluate.evaluate"}),
+])
+def test_library_fingerprint_follows_the_pipeline_functions_across_modules(stage, functions, libraries, not_functions):
+    """The source a stage's fingerprint hashes: its pipeline functions and those they use in other
+    pipeline modules (by name or by an import in their body), not the other stages' functions; and
+    the library modules they import."""
+    sources, libs = fingerprint._function_closure(fingerprint.STAGES[stage][1])
+    assert functions <= set(sources) and not (not_functions & set(sources))
+    assert libraries <= libs
+
+
 def test_check_config_reports_the_library_error():
     cfg = {"grid": [{"schemas": ["synthetic:n=4,d=3"], "workloads": ["prefix:4"], "methods": ["rp"]}]}
     with pytest.raises(InputError, match="K = 4 must be between 1"):
-        stages.check_config(cfg)
+        config.check_config(cfg)
     cfg = {"schemas": {"s": {"spec": "cps", "data": {"csv": "no/such.csv"}}}, "grid": [{"schemas": ["s"], "workloads": ["prefix:1"], "methods": ["rp"]}]}
     with pytest.raises(InputError, match="no/such.csv"):
-        stages.check_config(cfg)
+        config.check_config(cfg)
     cfg["schemas"]["s"]["data"]["synthetic"] = {"records": 10, "seed": 0}
-    assert stages.data_source(cfg["schemas"]["s"]["data"]) == {"kind": "synthetic", "records": 10, "seed": 0}
+    assert datasets.resolve_data_source(cfg["schemas"]["s"]["data"]) == {"kind": "synthetic", "records": 10, "seed": 0}
 
 
 def test_synthetic_records_are_seeded_and_in_the_domain():
     from querysmasher.schema import parse_schema
 
     s = parse_schema("adult")
-    a, b = stages.synthetic_records(s, 2000, 3), stages.synthetic_records(s, 2000, 3)
-    assert np.array_equal(a.codes, b.codes) and not np.array_equal(a.codes, stages.synthetic_records(s, 2000, 4).codes)
+    a, b = datasets.synthetic_records(s, 2000, 3), datasets.synthetic_records(s, 2000, 3)
+    assert np.array_equal(a.codes, b.codes) and not np.array_equal(a.codes, datasets.synthetic_records(s, 2000, 4).codes)
     assert (a.codes >= 0).all() and (a.codes < np.array(s.sizes)).all()
 
 
@@ -178,14 +194,14 @@ def test_solvers_with_workload_context_get_their_own_namespace(tmp_path, monkeyp
     monkeypatch.setitem(solvers.SOLVERS, "ctx", lambda **o: ContextSolver())
     monkeypatch.chdir(tmp_path)
     wpath = tmp_path / "w.h5"
-    stages.write_workload_file(wpath, "synthetic:n=4,d=2", "prefix:1,2")
-    stages.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="ctx")
+    steps.write_workload_file(wpath, "synthetic:n=4,d=2", "prefix:1,2")
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="ctx")
     man = json.loads((tmp_path / "m.json").read_text())
-    assert re.fullmatch(stages.NS_PATTERN, man["namespace"]) and man["namespace"].startswith("ctx-c")
-    subs = [stages.subproblem_path(s["key"]) for s in man["subproblems"]]
-    stages.solve_files(subs, tmp_path / "s.h5", method="ctx", workload_path=wpath)
+    assert re.fullmatch(layout.NS_PATTERN, man["namespace"]) and man["namespace"].startswith("ctx-c")
+    subs = [layout.subproblem_path(s["key"]) for s in man["subproblems"]]
+    steps.solve_subproblem_files(subs, tmp_path / "s.h5", method="ctx", workload_path=wpath)
     assert seen == ["prefix:1,2", "prefix:1,2"]  # decompose (early check), then the solve
-    sols, _ = stages.read_solutions([tmp_path / "s.h5"])
+    sols, _ = cache.read_solutions([tmp_path / "s.h5"])
     assert set(sols) == {s["key"] for s in man["subproblems"]}
 
 
@@ -195,7 +211,7 @@ def test_solvers_with_workload_context_get_their_own_namespace(tmp_path, monkeyp
 BAD_CONFIGS = [
     ({"solve": {"bath_size": 3}}, "config key 'solve.bath_size': unknown key"),
     ({"relase": False}, "config key 'relase': unknown key"),
-    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config key 'grid.0.methods.0': 'rpp' is not one of"),
+    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config grid method 'rpp': has no solver"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefx:1"], "methods": ["rp"]}]}, "unknown family 'prefx'"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rp"], "budgets": ["rh=1"]}]}, "config key 'grid.0.budgets.0'"),
     ({"schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"csv": "missing.csv"}}}}, "config data csv 'missing.csv': does not exist"),
@@ -268,6 +284,50 @@ def test_tiny_grid_runs_end_to_end(tiny_run):
         assert (wd / "results" / "figures" / fig).read_bytes()[:4] == b"\x89PNG"
     again = snakemake(wd, "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def plan_file_content(path: Path) -> dict:
+    """Every attribute and dataset of a plan file, as bytes, except the phase timings of its
+    summary (wall-clock seconds: two runs of the same code differ there and nowhere else)."""
+    import h5py
+
+    out: dict = {}
+
+    def attrs(name, obj):
+        for k in sorted(obj.attrs):
+            v = obj.attrs[k]
+            if k == "summary":
+                d = json.loads(v)
+                del d["seconds"], d["phase_seconds"]
+                v = json.dumps(d, sort_keys=True)
+            out[f"{name}@{k}"] = repr(v)
+
+    def visit(name, obj):
+        attrs(name, obj)
+        if isinstance(obj, h5py.Dataset):
+            a = obj[()]
+            out[name] = (str(a.dtype), a.shape, repr(a.tolist()) if a.dtype.kind == "O" else a.tobytes())
+
+    with h5py.File(path, "r") as f:
+        attrs("/", f)
+        f.visititems(visit)
+    return out
+
+
+@needs_snakemake
+@pytest.mark.parametrize("method", ["rp", "wff", "rpplus"])
+def test_workflow_plan_files_are_the_library_plan_files(tiny_run, tmp_path, method):
+    """plan.h5 assembled from the shared subproblem and solve files holds, byte for byte, what
+    the one-process library path (make_plan + save_plan) writes: same views, keys, mechanisms,
+    losses, noise scales, summary (phase timings aside)."""
+    from querysmasher.plan import save_plan
+
+    wd, _ = tiny_run
+    name = f"tiny__prefix-1_abs-2__{method}__beta1__seed0"
+    save_plan(make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", method, Budget.from_beta(1.0)), tmp_path / "plan.h5")
+    ours, ref = plan_file_content(wd / "results" / name / "plan.h5"), plan_file_content(tmp_path / "plan.h5")
+    assert any(k.startswith("solutions/") for k in ref) and "views/sigma2" in ref
+    assert sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k)) == []
 
 
 @needs_snakemake

@@ -1,3 +1,5 @@
+"""`python -m querysmasher`: the command-line interface (querysmasher.cli)."""
+
 import sys
 
 from .cli import main

@@ -1,7 +1,14 @@
 """Privacy accounting for correlated Gaussian mechanisms (paper §3).
 
-The privacy cost beta of a set of Gaussian linear mechanisms is the largest diagonal entry of
-sum_i B_i^T Sigma_i^-1 B_i. It is equivalent to
+The privacy cost beta of a set of Gaussian linear mechanisms with privacy Gram
+X = sum_i B_i^T Sigma_i^-1 B_i depends on the neighbouring relation:
+
+* ``add-remove`` (default): data sets differ by one record added or removed, the data vector by
+  e_i, and beta = max_i X_ii;
+* ``replace``: data sets of the same size differ in one record, the data vector by e_i - e_j, and
+  beta = max_{i != j} (e_i - e_j)^T X (e_i - e_j) (up to 4 max_i X_ii; the record count is public).
+
+Either way beta is equivalent to
 
 * rho-zCDP with rho = beta / 2,
 * mu-Gaussian DP with mu = sqrt(beta),
@@ -20,17 +27,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
-
 from .errors import InputError
 
-__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for"]
+__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "NEIGHBOURS", "mechanism_cost", "plan_privacy_cost", "check_plan_budget"]
 
 DEFAULT_REPORT_DELTA = 1e-6
+NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
 
 
 def _log_delta_terms(beta: float, eps: float) -> tuple[float, float]:
+    from scipy.special import log_ndtr  # imported here: scipy costs ~0.5 s of every CLI start
+
     s = math.sqrt(beta)
     return log_ndtr(s / 2 - eps / s), eps + log_ndtr(-s / 2 - eps / s)
 
@@ -47,6 +54,8 @@ def delta_for(beta: float, eps: float) -> float:
 
 def epsilon_for(beta: float, delta: float) -> float:
     """The smallest epsilon >= 0 with delta(beta, epsilon) <= delta."""
+    from scipy.optimize import brentq
+
     if delta_for(beta, 0.0) <= delta:
         return 0.0
     hi = 1.0
@@ -57,6 +66,8 @@ def epsilon_for(beta: float, delta: float) -> float:
 
 def beta_for(eps: float, delta: float) -> float:
     """The largest beta with delta(beta, eps) <= delta (delta is increasing in beta)."""
+    from scipy.optimize import brentq
+
     lo, hi = 1e-12, 1.0
     while delta_for(hi, eps) <= delta:
         lo, hi = hi, hi * 2
@@ -72,18 +83,26 @@ class Budget:
     """A privacy budget, held as beta, reported in all four forms.
 
     ``source`` records how the user gave it (beta, rho, mu or epsilon-delta); ``delta`` is the delta
-    at which epsilon is reported (the user's delta, or 1e-6).
+    at which epsilon is reported (the user's delta, or 1e-6); ``neighbours`` is the neighbouring
+    relation the guarantee is for (``add-remove`` or ``replace``).
     """
 
     beta: float
     source: str = "beta"
     delta: float = DEFAULT_REPORT_DELTA
+    neighbours: str = "add-remove"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
             raise InputError("beta", self.beta, "must be a finite number > 0")
         if not 0 < self.delta < 1:
             raise InputError("delta", self.delta, "must be in (0, 1)")
+        if self.neighbours not in NEIGHBOURS:
+            raise InputError("neighbours", self.neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
+
+    def with_neighbours(self, neighbours: str) -> "Budget":
+        """The same budget under another neighbouring relation."""
+        return Budget(self.beta, self.source, self.delta, neighbours)
 
     @property
     def rho(self) -> float:
@@ -129,4 +148,56 @@ class Budget:
             "epsilon": self.epsilon,
             "delta": self.delta,
             "source": self.source,
+            "neighbours": self.neighbours,
         }
+
+
+def mechanism_cost(mech, neighbours: str) -> float:
+    """Privacy cost of one view mechanism at unit noise: ``max_diag()`` for add-remove,
+    ``replace_cost()`` for replace (any mechanism kind with these two methods plugs in)."""
+    if neighbours == "add-remove":
+        return float(mech.max_diag())
+    if neighbours == "replace":
+        return float(mech.replace_cost())
+    raise InputError("neighbours", neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
+
+
+def plan_privacy_cost(plan, applied=lambda m: m) -> float:
+    """The privacy cost of a plan recomputed from its stored mechanisms and noise scales:
+    sum over measured views of cost(applied(mechanism)) / sigma^2, as the allocation combines costs
+    (an upper bound on the cost of the union: the full-domain diagonal, or pair distance, of a sum
+    is at most the sum of the views' maxima).
+
+    ``applied`` maps a stored mechanism to the one that is actually applied to the data
+    (:func:`querysmasher.measure.applied_mechanism`). A view with infinite sigma^2 is not measured;
+    any other sigma^2 that is not a positive finite number, or a mechanism whose sizes are not its
+    view's, is an InputError.
+    """
+    neighbours = plan.budget.neighbours
+    sizes = plan.schema.sizes
+    per_key: dict[str, float] = {}
+    total = 0.0
+    for attrs, key, s2 in zip(plan.views, plan.keys, plan.allocation.sigma2):
+        s2 = float(s2)
+        if s2 == math.inf:
+            continue
+        if not (math.isfinite(s2) and s2 > 0):
+            raise InputError("plan sigma2", s2, f"of view {attrs} must be a positive number (or inf: not measured)")
+        if key not in plan.solutions:
+            raise InputError("plan view key", key, f"of view {attrs} has no stored mechanism")
+        mech = plan.solutions[key].mechanism
+        if tuple(mech.sizes) != tuple(sizes[a] for a in attrs):
+            raise InputError("plan mechanism sizes", tuple(mech.sizes), f"do not match view {attrs} of sizes {tuple(sizes[a] for a in attrs)}")
+        if key not in per_key:
+            per_key[key] = mechanism_cost(applied(mech), neighbours)
+        total += per_key[key] / s2
+    return total
+
+
+def check_plan_budget(plan, applied=lambda m: m) -> float:
+    """Refuse (InputError) a plan whose recomputed privacy cost exceeds its budget; return the cost."""
+    cost = plan_privacy_cost(plan, applied)
+    beta = plan.budget.beta
+    if not cost <= beta:
+        raise InputError("plan privacy cost", cost, f"exceeds its budget beta {beta!r} ({plan.budget.neighbours}): the plan file is stale or edited; refusing to measure")
+    return cost

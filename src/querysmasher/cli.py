@@ -1,25 +1,31 @@
-"""Command line: ``querysmasher plan | measure | reconstruct`` (also ``python -m querysmasher``).
+"""Command line: ``querysmasher plan | measure | reconstruct | release`` (also ``python -m querysmasher``).
 
 Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and exits with code 2;
-no output file is written in that case.
+no output file is written in that case. Results go to stdout; log lines go to stderr: warnings by
+default, ``-v`` adds one line per solved subproblem and step, ``-vv`` the solvers' iterations, ``-q``
+only errors. On a terminal, progress bars show the solves, views measured and tables reconstructed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .accounting import Budget
+from .accounting import DEFAULT_REPORT_DELTA, Budget
 from .errors import InputError
+from .logs import configure, level_from_flags, unconfigure
 
 __all__ = ["main", "build_parser"]
 
 EXIT_BAD_INPUT = 2
+
+log = logging.getLogger("querysmasher.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _budget(args: argparse.Namespace) -> Budget:
-    report_delta = args.delta if args.delta is not None else 1e-6
+    report_delta = args.delta if args.delta is not None else DEFAULT_REPORT_DELTA
     given = [n for n in ("beta", "rho", "mu", "epsilon") if getattr(args, n) is not None]
     if len(given) > 1:
         raise InputError("budget", "/".join(given), "give exactly one of --beta, --rho, --mu, --epsilon")
@@ -48,46 +54,99 @@ def _budget(args: argparse.Namespace) -> Budget:
     return Budget.from_beta(beta, report_delta)
 
 
+def _pure_budget(args: argparse.Namespace):
+    """--noise laplace: pure epsilon-DP, hdmm only."""
+    if args.method != "hdmm":
+        raise InputError("--noise", "laplace", f"method {args.method} is a Gaussian mechanism (zCDP); only hdmm supports Laplace noise")
+    given = [f"--{n}" for n in ("beta", "rho", "mu", "delta") if getattr(args, n) is not None]
+    if given:
+        raise InputError("--noise laplace", " ".join(given), "takes only --epsilon (pure epsilon-DP, delta = 0)")
+    if args.epsilon is None:
+        raise InputError("--noise laplace", "", "needs --epsilon")
+    from .hdmm.laplace import PureBudget
+
+    return PureBudget(args.epsilon)
+
+
 def _add_budget(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("privacy budget (one of; default --beta 1)")
     g.add_argument("--beta", type=float, help="privacy cost: max diagonal of sum B^T Sigma^-1 B")
     g.add_argument("--rho", type=float, help="rho-zCDP (beta = 2 rho)")
     g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
     g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
-    g.add_argument("--delta", type=float, help="delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default 1e-6)")
+    g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
+    g.add_argument("--neighbours", choices=("add-remove", "replace"), default="add-remove",
+                   help="neighbouring data sets: one record added or removed (default), or one record replaced (the record count is then public)")
+
+
+def _output_flags() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_mutually_exclusive_group()
+    g.add_argument("-v", "--verbose", action="count", default=0, help="log each step (-vv: solver iterations too)")
+    g.add_argument("-q", "--quiet", action="store_true", help="print only the result (and errors)")
+    return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="querysmasher", description="Optimal scalable matrix mechanisms for linear counting queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("plan", help="optimise the mechanism for a workload and predict its error")
+    common = _output_flags()
+    p = sub.add_parser("plan", parents=[common], help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
-    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm (default qs)")
+    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm | mm (default qs); mm: the exact matrix mechanism over the full domain (small domains)")
+    p.add_argument("--objective", choices=("sum", "max"), default="sum", help="minimise the total weighted variance (sum, default) or the largest weighted query variance (max; qs, wff, rp)")
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view given the certified solve (default: no limit)")
     p.add_argument("--memory-budget-mb", type=float, default=None, help="qs: memory one view's certified solve may use, else it falls back (default a quarter of the machine's memory)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an option of the method's solver (repeatable; the value is read as a YAML scalar), e.g. a plugin's")
+    p.add_argument("--noise", choices=("gaussian", "laplace"), default="gaussian",
+                   help="hdmm only: gaussian (default; zCDP) or laplace (pure epsilon-DP, HDMM as its paper defines it; give --epsilon only)")
     _add_budget(p)
 
-    m = sub.add_parser("measure", help="run the plan's mechanisms on the records (the only step that reads data)")
+    m = sub.add_parser("measure", parents=[common], help="run the plan's mechanisms on the records (the only step that reads data)")
     m.add_argument("--plan", required=True, help="plan file from 'querysmasher plan --out'")
     m.add_argument("--data", required=True, help="records: CSV or Parquet, one column per attribute")
     m.add_argument("--schema", help="schema of the data (default: the plan's); must match the plan")
     m.add_argument("--domain", help="domain file with per-attribute 'categories' or 'bins' to encode raw values")
     m.add_argument("--on-invalid", choices=("error", "drop"), default="error", help="invalid rows: fail (default) or drop them and report how many")
-    m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (the output is marked as seeded)")
+    m.add_argument("--seed", type=int, help="fixed noise seed, for experiments only (numpy sampler; the output is marked as seeded)")
+    m.add_argument("--sampler", choices=("opendp", "numpy"), help="Gaussian sampler: opendp (default without --seed: floating-point safe, OS entropy) or numpy (fast; the only one with --seed)")
     m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
 
-    r = sub.add_parser("reconstruct", help="answer every workload query, with its variance")
+    r = sub.add_parser("reconstruct", parents=[common], help="answer every workload query, with its variance")
     r.add_argument("--plan", required=True)
     r.add_argument("--measurements", required=True)
     r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
     r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
     r.add_argument("--max-answers", type=int, default=None, help="write full answer vectors only up to this many queries (default 10,000,000)")
+
+    rel = sub.add_parser("release", parents=[common], help="publish named tables from a release spec (plan, measure with OpenDP noise, reconstruct)")
+    rel.add_argument("spec", help="release spec (YAML): data, domain, tables, budget, neighbours, method")
+    rel.add_argument("--out", required=True, help="new folder for the publishable tables (must not exist or be empty)")
     return parser
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .release import load_release_spec, run_release
+
+    print(json.dumps(run_release(load_release_spec(args.spec), args.out)))
+    return 0
+
+
+def _load_plan(path: str):
+    """load_plan, with a malformed plan file (missing or mistyped fields) as one InputError."""
+    from .plan import load_plan
+
+    try:
+        return load_plan(path)
+    except InputError:
+        raise
+    except (KeyError, ValueError, TypeError, OSError, IndexError) as exc:
+        raise InputError("--plan", path, f"is not a valid plan file ({type(exc).__name__}: {exc})") from None
 
 
 def _solver_options(args: argparse.Namespace) -> dict:
@@ -104,8 +163,24 @@ def _solver_options(args: argparse.Namespace) -> dict:
         if not args.memory_budget_mb > 0:
             raise InputError("--memory-budget-mb", args.memory_budget_mb, "must be > 0")
         opts["memory_budget_mb"] = args.memory_budget_mb
-    if opts and args.method != "qs":
-        raise InputError("--method", args.method, "--target-gap, --max-dense-cells and --memory-budget-mb apply to qs only")
+    if opts and args.method not in ("qs", "mm"):
+        raise InputError("--method", args.method, "--target-gap, --max-dense-cells and --memory-budget-mb apply to qs and mm only")
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise InputError("--option", item, "must be KEY=VALUE with KEY a solver option name")
+        import yaml
+
+        opts[key.strip()] = yaml.safe_load(value)
+    if args.option and args.method in ("hdmm", "mm"):
+        raise InputError("--option", ",".join(args.option), f"{args.method} takes no solver options")
+    if opts and args.method != "mm":
+        from .solvers import get_solver
+
+        try:  # the solver's own check of its options, before any work
+            get_solver(args.method, **opts)
+        except (TypeError, ValueError) as exc:
+            raise InputError("--option", ",".join(args.option) or "", f"rejected by method {args.method!r}: {exc}") from None
     return opts
 
 
@@ -113,21 +188,34 @@ def _plan(args: argparse.Namespace) -> int:
     from .plan import make_plan, save_plan
     from .solvers import SOLVERS
 
-    methods = sorted(SOLVERS) + ["hdmm"]
+    methods = sorted(SOLVERS) + ["hdmm", "mm"]
     if args.method not in methods:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
-    budget = _budget(args)
+    if args.method == "hdmm" and args.neighbours != "add-remove":
+        raise InputError("--neighbours", args.neighbours, "hdmm plans are accounted for add-remove neighbours only")
+    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args).with_neighbours(args.neighbours)
+    if args.out:
+        from .io import check_writable
+
+        check_writable(args.out)
+    from .schema import check_attribute_sizes, parse_schema
+    from .workload import parse_workload
+
+    schema = parse_schema(args.schema, all_numeric=args.all_numeric)
+    check_attribute_sizes(schema, [a for v in parse_workload(args.workload, schema).views for a in v.attrs])
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if args.method == "hdmm":
+            if args.objective != "sum":
+                raise InputError("--objective", args.objective, "hdmm minimises the sum of variances only")
             from .hdmm import plan_hdmm
 
             plan = plan_hdmm(args.schema, args.workload, budget, all_numeric=args.all_numeric)
         else:
-            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts)
+            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts, objective=args.objective)
     for w in caught:
-        print(f"querysmasher: warning: {w.message}", file=sys.stderr)
+        log.warning("%s", w.message)
     if args.out:
         if args.method == "hdmm":
             from .hdmm.files import save_hdmm_plan
@@ -143,17 +231,27 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
         if "lower_bound" in s:
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
-        print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP")
+        if "max_variance" in s:
+            q = s["max_variance_query"]
+            print(f"max variance {s['max_variance']:.6g} (query {q['index']} of {q['family']} on {','.join(q['view']) or 'the total'})"
+                  + (f"; certified lower bound {s['max_variance_lower_bound']:.6g} (relative gap {s['max_variance_gap']:.2e})" if "max_variance_lower_bound" in s else ""))
+        if "svd_bound" in s:
+            print(f"SVD bound on RMSE (any Gaussian mechanism) {s['svd_bound_rmse']:.6g}")
+        if s.get("noise") == "laplace":
+            print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
+        else:
+            print(f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP, {s.get('neighbours', 'add-remove')} neighbours")
     return 0
 
 
 def _measure(args: argparse.Namespace) -> int:
     from .data import load_records
-    from .measure import make_rng, measure_iter, plan_digest, save_measurements
-    from .plan import load_plan
+    from .io import check_writable, read_kind
+    from .measure import measure_iter, plan_digest, save_measurements
+    from .noise import make_noise
     from .schema import parse_schema
 
-    from .io import read_kind
+    check_writable(args.out)
 
     hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
     if hdmm:
@@ -162,7 +260,11 @@ def _measure(args: argparse.Namespace) -> int:
         plan = load_hdmm_plan(args.plan)
         check_measurable(plan)  # before any record is read
     else:
-        plan = load_plan(args.plan)
+        from .measure import check_budget
+
+        plan = _load_plan(args.plan)
+        check_budget(plan)  # the privacy cost of what will be applied, before any record is read
+    noise = make_noise(args.seed, args.sampler)  # bad --seed/--sampler before any record is read
     schema = plan.schema
     if args.schema:
         given = parse_schema(args.schema)
@@ -170,27 +272,29 @@ def _measure(args: argparse.Namespace) -> int:
             raise InputError("--schema", args.schema, f"does not match the plan's schema {schema.name!r}")
     records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
     if records.dropped:
-        print(f"querysmasher: dropped {records.dropped} invalid rows; the privacy guarantee holds for the cleaned data set", file=sys.stderr)
-    rng, seeded = make_rng(args.seed)
+        log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
+    seeded = noise.seeded
     if seeded:
-        print("querysmasher: warning: fixed noise seed: this release is for experiments only", file=sys.stderr)
+        log.warning("fixed noise seed: this release is for experiments only")
     if hdmm:
         from .hdmm.files import measure_hdmm_to_file
 
-        measure_hdmm_to_file(plan, records, rng, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
+        measure_hdmm_to_file(plan, records, noise, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
     else:
-        save_measurements(args.out, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(args.plan))
+        save_measurements(args.out, plan, measure_iter(plan, records, noise), seeded=seeded, plan_sha256=plan_digest(args.plan), sampler=noise.sampler)
     return 0
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
+    from .io import check_writable, read_kind
     from .measure import load_measurements, plan_digest
-    from .plan import load_plan
     from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")
-    from .io import read_kind
+    check_writable(args.out)
+    if args.csv:
+        check_writable(Path(args.csv) / "x.csv", "--csv")
 
     if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
         from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
@@ -199,12 +303,12 @@ def _reconstruct(args: argparse.Namespace) -> int:
             raise InputError("--csv", args.csv, "hdmm answers have no per-view tables to write as CSV")
         print(json.dumps(reconstruct_hdmm_to_file(load_hdmm_plan(args.plan), args.measurements, args.out, plan_digest(args.plan))))
         return 0
-    plan = load_plan(args.plan)
-    meas = load_measurements(args.measurements, plan_digest(args.plan))
-    rec = reconstruct(plan, meas)
-    info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
-    if args.csv:
-        write_csv_tables(args.csv, rec)
+    plan = _load_plan(args.plan)
+    with load_measurements(args.measurements, plan_digest(args.plan), plan) as meas:
+        rec = reconstruct(plan, meas)
+        info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
+        if args.csv:
+            write_csv_tables(args.csv, rec)
     print(json.dumps(info))
     return 0
 
@@ -212,11 +316,15 @@ def _reconstruct(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    level = level_from_flags(args.verbose, args.quiet)
+    configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
-        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct}[args.command](args)
+        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        unconfigure()
 
 
 if __name__ == "__main__":

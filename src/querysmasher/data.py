@@ -31,7 +31,7 @@ import yaml
 from .errors import InputError
 from .schema import Schema
 
-__all__ = ["Records", "load_records", "validate_records", "marginal", "infer_schema", "read_encodings"]
+__all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings"]
 
 FIRST_ROWS = 5
 
@@ -48,12 +48,60 @@ class Records:
         return self.codes.shape[0]
 
 
-def read_encodings(path: str | Path) -> dict[str, dict]:
-    """Per-attribute ``categories`` / ``bins`` from a domain file (attributes without them: {})."""
+def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, dict]:
+    """Per-attribute ``categories`` / ``bins`` from a domain file (attributes without them: {}).
+
+    With ``schema`` (the plan's), every encoding is checked against it, so the data can never be
+    mis-encoded: the attribute exists; categories are unique and exactly ``size`` of them; bins are
+    ``size + 1`` finite, strictly increasing numbers. Any problem is one InputError naming it.
+    """
     p = Path(path)
-    text = p.read_text()
-    data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    return {str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {} for k, v in data.items()}
+    if not p.is_file():
+        raise InputError("--domain", str(p), "does not exist")
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError("--domain", str(p), f"cannot be parsed: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise InputError("--domain", str(p), "must hold a mapping {attribute: {categories: [...]} or {bins: [...]}}")
+    out = {str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {} for k, v in data.items()}
+    if schema is not None:
+        for name, enc in out.items():
+            _check_encoding(name, enc, schema, str(p))
+    return out
+
+
+def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
+    if name not in schema.names:
+        raise InputError(f"domain file {path}: attribute", name, f"is not in the plan's schema ({', '.join(schema.names)})")
+    size = schema.attributes[schema.index(name)].size
+    if "categories" in enc and "bins" in enc:
+        raise InputError(f"domain file {path}: attribute {name!r}", "categories+bins", "give categories or bins, not both")
+    if "categories" in enc:
+        cats = enc["categories"]
+        if not isinstance(cats, list):
+            raise InputError(f"domain file {path}: categories of {name!r}", cats, "must be a list")
+        if len(cats) != size:
+            raise InputError(f"domain file {path}: categories of {name!r}", len(cats), f"there must be exactly the plan's size {size}")
+        seen: set[str] = set()
+        for c in cats:
+            if str(c) in seen:
+                raise InputError(f"domain file {path}: categories of {name!r}", c, "appears twice (categories must be unique)")
+            seen.add(str(c))
+    if "bins" in enc:
+        bins = enc["bins"]
+        try:
+            edges = np.asarray(bins, dtype=float)
+        except (TypeError, ValueError):
+            raise InputError(f"domain file {path}: bins of {name!r}", bins, "must be a list of numbers") from None
+        if edges.ndim != 1 or len(edges) != size + 1:
+            raise InputError(f"domain file {path}: bins of {name!r}", len(np.atleast_1d(edges)), f"there must be size + 1 = {size + 1} edges for the plan's size {size}")
+        if not np.all(np.isfinite(edges)):
+            raise InputError(f"domain file {path}: bins of {name!r}", bins, "must be finite numbers")
+        if np.any(np.diff(edges) <= 0):
+            k = int(np.flatnonzero(np.diff(edges) <= 0)[0])
+            raise InputError(f"domain file {path}: bins of {name!r}", f"{edges[k]:g}, {edges[k + 1]:g}", "edges must be strictly increasing")
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
@@ -134,25 +182,8 @@ def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str
 
 def load_records(path: str | Path, schema: Schema, *, domain_file: str | Path | None = None, on_invalid: str = "error") -> Records:
     """Read and validate a CSV/Parquet file of records."""
-    encodings = read_encodings(domain_file) if domain_file else None
+    encodings = read_encodings(domain_file, schema) if domain_file else None
     return validate_records(_read_table(path), schema, encodings=encodings, on_invalid=on_invalid)
-
-
-def infer_schema(path: str | Path, name: str = "inferred") -> Schema:
-    """A schema from the data's own columns: size = largest code + 1, every attribute numeric.
-
-    Not differentially private: the domain then depends on the records. Only for explicit use.
-    """
-    from .schema import Attribute
-
-    frame = _read_table(path)
-    attrs = []
-    for c in frame.columns:
-        v = pd.to_numeric(frame[c], errors="coerce")
-        if v.isna().any() or (v < 0).any() or (np.floor(v) != v).any():
-            raise InputError("data column", c, "cannot infer a domain: it holds values that are not non-negative integer codes")
-        attrs.append(Attribute(str(c), int(v.max()) + 1, "numeric"))
-    return Schema(name, tuple(attrs))
 
 
 def marginal(records: Records, attrs: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:

@@ -9,14 +9,17 @@ __all__ = ["InputError"]
 
 
 class InputError(ValueError):
-    """Bad user input (schema, workload, budget, data, config).
+    r"""Bad user input (schema, workload, budget, data, config).
 
     >>> str(InputError("workload", "pre:1", "unknown family 'pre'"))
     "workload 'pre:1': unknown family 'pre'"
+    >>> str(InputError("config", "c.yaml", "line 1\n  line 2"))
+    "config 'c.yaml': line 1 line 2"
     """
 
     def __init__(self, field: str, value: object, reason: str):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"{field} {value!r}: {reason}")
+        # One line whatever the parts hold (e.g. a YAML parser's multi-line message).
+        super().__init__(" ".join(f"{field} {value!r}: {reason}".split()))

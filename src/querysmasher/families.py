@@ -85,6 +85,12 @@ def query_matrix_1d(family: str, n: int) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _gram_1d_cached(family: str, n: int) -> np.ndarray:
+    from .schema import MAX_ATTRIBUTE_SIZE
+
+    if n > MAX_ATTRIBUTE_SIZE:  # refuse before allocating n x n
+        from .errors import InputError
+
+        raise InputError("attribute size", n, f"is above {MAX_ATTRIBUTE_SIZE:,}: the {family} Gram would be {n:,} x {n:,}; coarsen the attribute")
     i = np.arange(n)
     lo, hi = np.minimum.outer(i, i), np.maximum.outer(i, i)
     if family == "marginal":

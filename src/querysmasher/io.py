@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,9 +24,10 @@ import h5py
 import numpy as np
 
 from . import __version__
+from .atomic import atomic_path
 from .errors import InputError
 
-__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json"]
+__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries", "check_writable"]
 
 FORMAT_VERSION = 1
 
@@ -61,25 +61,36 @@ def get_json(group: h5py.Group | h5py.Dataset, name: str):
 
 
 @contextmanager
-def atomic_h5(path: str | os.PathLike, *, kind: str) -> Iterator[h5py.File]:
-    """Open ``path`` for writing through a temporary file renamed into place on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-    try:
-        with h5py.File(tmp, "w", track_order=False) as f:
-            f.attrs["kind"] = kind
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["querysmasher_version"] = __version__
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def atomic_h5(path: str | os.PathLike, *, kind: str, exclusive: bool = False) -> Iterator[h5py.File]:
+    """Open ``path`` for writing through a temporary file renamed into place on success
+    (:func:`querysmasher.atomic.atomic_path`; ``exclusive``: only if ``path`` is absent).
+    An output path that cannot be written is an InputError before anything is created."""
+    check_writable(path, "output file")
+    with atomic_path(path, exclusive=exclusive) as tmp, h5py.File(tmp, "w", track_order=False) as f:
+        f.attrs["kind"] = kind
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["querysmasher_version"] = __version__
+        yield f
+
+
+def put_custom_queries(parent: h5py.Group, custom: dict) -> None:
+    """Custom query matrices of a workload ({path: CustomQueries}) as group ``custom``."""
+    group = new_group(parent, "custom")
+    for i, (p, cq) in enumerate(sorted(custom.items())):
+        g = new_group(group, str(i))
+        g.attrs["path"] = p
+        put(g, "attributes", np.array(cq.attributes, dtype=object))
+        put(g, "queries", cq.queries)
+
+
+def get_custom_queries(parent: h5py.Group) -> dict:
+    """The {path: CustomQueries} stored by :func:`put_custom_queries`."""
+    from .workload import CustomQueries
+
+    def text(x):
+        return x.decode() if isinstance(x, bytes) else str(x)
+
+    return {str(g.attrs["path"]): CustomQueries(tuple(text(a) for a in g["attributes"][()]), g["queries"][()]) for g in parent["custom"].values()}
 
 
 def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
@@ -103,5 +114,22 @@ def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
 
 
 def read_kind(path: str | os.PathLike) -> str:
-    with h5py.File(path, "r") as f:
-        return str(f.attrs["kind"])
+    """The ``kind`` attribute of a project file (an InputError for anything else)."""
+    try:
+        with h5py.File(path, "r") as f:
+            return str(f.attrs["kind"])
+    except (OSError, KeyError) as exc:
+        raise InputError("file", str(path), f"is not a querysmasher HDF5 file ({type(exc).__name__})") from None
+
+
+def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
+    """Refuse, before any work, an output path whose folder cannot be created or written, or that
+    is an existing folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(field, str(p), "is a folder, not a file path")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(field, str(p), f"cannot be written (folder {str(parent)!r} is not writable)")

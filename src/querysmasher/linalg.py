@@ -26,7 +26,32 @@ __all__ = [
     "kron_dense",
     "MatrixStore",
     "content_hash",
+    "PSD_RTOL",
+    "psd_power",
+    "pinv_psd",
 ]
+
+PSD_RTOL = 1e-10  # eigenvalues at or below PSD_RTOL x the largest are treated as 0 (the null space)
+
+
+def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL) -> np.ndarray:
+    """X^power on range(X), 0 on its null space, for a symmetric PSD matrix (symmetrised first):
+    power -1 is the pseudo-inverse, 1/2 the square root, -1/2 the pseudo-inverse square root.
+
+    >>> x = np.diag([4.0, 1e-14, 0.0])
+    >>> psd_power(x, -0.5).diagonal().tolist(), pinv_psd(x).diagonal().tolist()
+    ([0.5, 0.0, 0.0], [0.25, 0.0, 0.0])
+    """
+    w, v = np.linalg.eigh((x + x.T) / 2)
+    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
+    if power == -1:
+        return (v[:, keep] / w[keep]) @ v[:, keep].T
+    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+
+
+def pinv_psd(x: np.ndarray, rtol: float = PSD_RTOL) -> np.ndarray:
+    """Pseudo-inverse of a symmetric PSD matrix (:func:`psd_power` with power -1)."""
+    return psd_power(x, -1, rtol)
 
 
 def single_threaded_blas():

@@ -11,14 +11,15 @@ Fourier ones, and by one symmetric square root for dense ones; x_A' is the view'
 from the records, never the full domain vector. A low-rank mechanism X = V diag(s) V^T releases
 y_A' = diag(s)^(1/2) V^T x_A' + N(0, sigma^2 I): r values, with the same privacy Gram X / sigma^2.
 
-Noise comes from a generator seeded from the operating system's entropy unless a seed is given
-(experiments only; a seeded release is marked as such). The measurement file holds the noisy
+Noise comes from :mod:`querysmasher.noise`: OpenDP's floating-point-safe sampler (OS entropy) for
+releases, numpy's fast generator for seeded experiments (a seeded release is marked as such). The measurement file holds the noisy
 vectors and what is needed to use them with the plan — nothing else derived from the data.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import secrets
 from dataclasses import dataclass
@@ -29,18 +30,14 @@ import numpy as np
 
 from .data import Records, marginal
 from .errors import InputError
-from .linalg import kron_apply, single_threaded_blas
+from .linalg import kron_apply, psd_power, single_threaded_blas
+from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
-__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng"]
+log = logging.getLogger(__name__)
 
-
-def _sym_power(x: np.ndarray, power: float, rtol: float = 1e-10) -> np.ndarray:
-    """X^power on range(X) (0 on its null space), for a symmetric PSD matrix."""
-    w, v = np.linalg.eigh((x + x.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng", "applied_mechanism", "check_budget"]
 
 
 class _Roots:
@@ -49,8 +46,8 @@ class _Roots:
     def __init__(self, mech: ViewMechanism):
         self.mech = mech
         if mech.kind in ("kron", "dense"):
-            self.sqrt = [_sym_power(m, 0.5) for m in mech.mats]
-            self.pinv_sqrt = [_sym_power(m, -0.5) for m in mech.mats]
+            self.sqrt = [psd_power(m, 0.5) for m in mech.mats]
+            self.pinv_sqrt = [psd_power(m, -0.5) for m in mech.mats]
         elif mech.kind == "lowrank":
             v, s = mech.mats
             nz = s > 0
@@ -97,8 +94,43 @@ def pinv_sqrt_apply(mech: ViewMechanism, y: np.ndarray) -> np.ndarray:
     return _roots(mech).apply(y, inverse=True)
 
 
+def applied_mechanism(mech: ViewMechanism) -> ViewMechanism:
+    """The mechanism :func:`sqrt_apply` really applies, as a ViewMechanism of the same kind.
+
+    For kron and dense mechanisms that is S^T S with S the (eigen-truncated, symmetrised) square
+    root measure uses, so a non-PSD or non-symmetric stored X is charged for what is released; a
+    fourier mechanism must have finite, non-negative weights (the applied operator is then X, or
+    its real part, which costs no more). Unknown kinds are returned as stored. Malformed arrays
+    (wrong shapes, NaN) are an InputError.
+    """
+    for m in mech.mats:
+        if not np.all(np.isfinite(m)):
+            raise InputError("plan mechanism", mech.kind, "holds a NaN or infinite entry")
+    if mech.kind in ("kron", "dense"):
+        shapes = [(n, n) for n in mech.sizes] if mech.kind == "kron" else [(mech.cells, mech.cells)]
+        if [tuple(m.shape) for m in mech.mats] != shapes:
+            raise InputError("plan mechanism", mech.kind, f"has matrices of shapes {[m.shape for m in mech.mats]}, expected {shapes}")
+        return ViewMechanism(mech.kind, mech.sizes, tuple(r @ r for r in _roots(mech).sqrt))
+    if mech.kind == "fourier":
+        w = mech.mats[0]
+        if tuple(w.shape) != tuple(mech.sizes) or np.any(w < 0):
+            raise InputError("plan mechanism", "fourier", f"weights must be non-negative over shape {mech.sizes}")
+    return mech
+
+
+def check_budget(plan: Plan) -> float:
+    """Recompute the plan's privacy cost from the operators measure applies; refuse it (InputError)
+    when it exceeds the plan's budget. Called before any record is read."""
+    from .accounting import check_plan_budget
+
+    return check_plan_budget(plan, applied_mechanism)
+
+
 def make_rng(seed: int | None) -> tuple[np.random.Generator, bool]:
-    """(generator, seeded): OS entropy by default; a fixed seed only when asked for."""
+    """(numpy generator, seeded): OS entropy by default; a fixed seed only when asked for.
+    Releases use :func:`querysmasher.noise.make_noise` (OpenDP's sampler) instead."""
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise InputError("seed", seed, "must be an integer >= 0")
     if seed is None:
         return np.random.default_rng(secrets.randbits(128)), False
     return np.random.default_rng(seed), True
@@ -146,6 +178,20 @@ class Measurements:
     seeded: bool
     plan_sha256: str = ""
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.view_index)} measured views{', seeded' if self.seeded else ''})"
+
+    def close(self) -> None:
+        """Close the file a loaded release reads from (nothing for measurements in memory)."""
+        if isinstance(self.y, _Segments):
+            self.y.close()
+
+    def __enter__(self) -> Measurements:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _check_schema(plan: Plan, records: Records) -> None:
     if records.schema.names != plan.schema.names or records.schema.sizes != plan.schema.sizes:
@@ -157,20 +203,26 @@ def measured_views(plan: Plan) -> np.ndarray:
     return np.flatnonzero(np.isfinite(plan.allocation.sigma2))
 
 
-def measure_iter(plan: Plan, records: Records, rng: np.random.Generator, *, draws: int | None = None):
+def measure_iter(plan: Plan, records: Records, rng: "np.random.Generator | NoiseSource", *, draws: int | None = None):
     """Yield (view index, y) for every measured view, one view at a time (bounded memory).
 
-    BLAS runs single-threaded while the generator is active (many small products).
+    ``rng`` is a :class:`querysmasher.noise.NoiseSource` (which sampler: :func:`make_noise`) or a
+    numpy generator (experiments). BLAS runs single-threaded while noise is drawn (many small
+    products). The plan's privacy cost is re-checked first (callers should also check before
+    reading the records).
     """
+    from .noise import as_noise
+
+    noise = as_noise(rng)
+    check_budget(plan)
     _check_schema(plan, records)
+    views = measured_views(plan)
     with single_threaded_blas():
-        for i in measured_views(plan):
+        for i in progress(views, desc="measure", total=len(views)):
             mech = plan.solutions[plan.keys[i]].mechanism
             x = marginal(records, plan.views[i], plan.schema.sizes)
-            clean = sqrt_apply(mech, x)
-            shape = clean.shape if draws is None else clean.shape + (draws,)
-            noise = rng.standard_normal(shape) * math.sqrt(plan.allocation.sigma2[i])
-            yield int(i), (clean if draws is None else clean[:, None]) + noise
+            yield int(i), noise.add_gaussian(sqrt_apply(mech, x), float(plan.allocation.sigma2[i]), draws)
+    log.info("measured %d residual views", len(views))
 
 
 def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:
@@ -179,7 +231,7 @@ def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: b
     return Measurements(np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded)
 
 
-def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, plan_sha256: str) -> None:
+def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, plan_sha256: str, sampler: str = "numpy") -> None:
     """Write the release file from (view index, y) pairs (e.g. :func:`measure_iter`), streaming.
 
     It holds the noisy vectors, which views they belong to, the plan's digest and the budget:
@@ -193,6 +245,7 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256
         f.attrs["seeded"] = bool(seeded)
+        f.attrs["sampler"] = sampler
         f.attrs["method"] = plan.method
         put_json(f, "budget", plan.budget.to_dict())
         put(f, "view_index", idx.astype(np.int64))
@@ -204,13 +257,28 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
             ds[offsets[pos]:offsets[pos + 1]] = y
 
 
-def load_measurements(path: str | Path, plan_sha256: str | None = None) -> Measurements:
+def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Plan | None = None) -> Measurements:
+    """Open a measurements file; with ``plan``, check that it holds one finite vector of the right
+    length for each of the plan's measured views (an InputError otherwise)."""
     from .io import open_h5
 
     with open_h5(path, "measurements") as f:
-        digest = str(f.attrs["plan_sha256"])
-        if plan_sha256 is not None and digest != plan_sha256:
-            raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
-        offs = f["offsets"][()]
-        index, seeded = f["view_index"][()], bool(f.attrs["seeded"])
+        try:
+            digest = str(f.attrs["plan_sha256"])
+            if plan_sha256 is not None and digest != plan_sha256:
+                raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
+            offs = np.asarray(f["offsets"][()])
+            index, seeded = np.asarray(f["view_index"][()]), bool(f.attrs["seeded"])
+            length = f["y"].shape[0] if f["y"].ndim == 1 else -1
+            y, chunk = f["y"], 1 << 22  # checked in chunks: a release can be gigabytes
+            finite = plan is None or length < 0 or all(np.all(np.isfinite(y[lo:lo + chunk])) for lo in range(0, length, chunk))
+        except KeyError as exc:
+            raise InputError("measurements file", str(path), f"lacks {exc.args[0] if exc.args else 'a field'}") from None
+    if plan is not None:
+        idx = measured_views(plan)
+        want = np.concatenate([[0], np.cumsum([math.prod(plan.schema.sizes[a] for a in plan.views[i]) for i in idx])])
+        if index.shape != idx.shape or not np.array_equal(index, idx) or offs.shape != want.shape or not np.array_equal(offs, want) or length != want[-1]:
+            raise InputError("measurements file", str(path), "does not hold one vector per measured view of the plan (view_index/offsets/y disagree)")
+        if not finite:
+            raise InputError("measurements file", str(path), "holds NaN or infinite values")
     return Measurements(index, _Segments(path, offs), seeded, digest)

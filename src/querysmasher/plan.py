@@ -8,19 +8,25 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from .accounting import Budget
+from .accounting import Budget, mechanism_cost
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
+from .errors import InputError
 from .linalg import MatrixStore
+from .logs import progress
 from .schema import Schema, parse_schema
 from .solvers import ViewSolution, ViewSolver, get_solver
 from .workload import Workload, parse_workload
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", "load_plan", "write_solution", "read_solution"]
 
@@ -43,6 +49,8 @@ class Plan(PredictedError):
     workload_views: int
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    objective: str = "sum"  # what the mechanisms and the allocation minimise: "sum" or "max" variance
+    max_certificate: dict | None = None  # objective "max": lower bound on the optimum, gap, iterations
 
     @property
     def certified(self) -> bool:
@@ -59,7 +67,30 @@ class Plan(PredictedError):
         tv = self.total_variance
         return (tv - self.lower_bound) / tv if tv > 0 else 0.0
 
+    @cached_property
+    def svd_bound(self) -> float | None:
+        """The SVD bound on every Gaussian mechanism's total variance at this budget, where exactly
+        computable (:func:`querysmasher.svd_bound.svd_bound`); None otherwise."""
+        from .svd_bound import svd_bound
+
+        t0 = time.perf_counter()
+        b = svd_bound(self.workload)
+        self.phase_seconds["svd_bound"] = time.perf_counter() - t0
+        return None if b is None else b / self.budget.beta
+
+    @cached_property
+    def max_variance(self) -> tuple[float, int, int]:
+        """(largest weighted query variance, workload view index, query index within the view)."""
+        from .maxvar import max_variance_of
+
+        t0 = time.perf_counter()
+        out = max_variance_of(self)
+        self.phase_seconds["max_variance"] = time.perf_counter() - t0
+        return out
+
     def summary(self) -> dict:
+        value, j, i = self.max_variance
+        v = self.workload.views[j]
         out = {
             "schema": self.schema.name,
             "workload": self.workload.spec,
@@ -75,23 +106,49 @@ class Plan(PredictedError):
             "seconds": sum(self.phase_seconds.values()),
             "phase_seconds": dict(self.phase_seconds),
             "notes": list(self.notes),
+            "objective": self.objective,
+            "max_variance": value,
+            "max_variance_query": {"view": [self.schema.names[a] for a in v.attrs], "family": v.family, "index": i},
         }
+        if self.max_certificate is not None:
+            out.update(self.max_certificate)
         if self.certified:
             out["lower_bound"] = self.lower_bound
             out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
             out["gap"] = self.gap
+        if self.svd_bound is not None:
+            out["svd_bound"] = self.svd_bound
+            out["svd_bound_rmse"] = rmse(self.svd_bound, self.queries)
+        out["seconds"] = sum(self.phase_seconds.values())
+        out["phase_seconds"] = dict(self.phase_seconds)
         return out
 
+    def __repr__(self) -> str:
+        return (f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
+                f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
 
-def _view_costs(keys: list[str], solutions: dict[str, ViewSolution]) -> np.ndarray:
-    """Each view's privacy cost at sigma^2 = 1: its mechanism's max diagonal, computed once per key."""
-    per_key = {k: solutions[k].mechanism.max_diag() for k in set(keys)}
-    return np.array([per_key[k] for k in keys], dtype=float)
+
+def _view_costs(keys: list[str], solutions: dict[str, ViewSolution], neighbours: str = "add-remove") -> np.ndarray:
+    """Each view's privacy cost at sigma^2 = 1 under the neighbouring relation, computed once per key.
+
+    Under ``replace`` a view can cost 0 (the total count is invariant); it is charged a floor of
+    1e-12 times the largest cost so that it is still measured, with finite noise (over-charging is safe).
+    """
+    per_key = {k: mechanism_cost(solutions[k].mechanism, neighbours) for k in set(keys)}
+    costs = np.array([per_key[k] for k in keys], dtype=float)
+    if costs.size:
+        costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
+    return costs
 
 
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
-    """Solve each distinct (unit-trace) subproblem once."""
-    return {key: solver.solve(g, store) for key, g in distinct.items()}
+    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
+    out = {}
+    for key, g in progress(distinct.items(), desc=f"solve ({getattr(solver, 'name', 'solver')})", total=len(distinct), unit="solve"):
+        t0 = time.perf_counter()
+        out[key] = sol = solver.solve(g, store)
+        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, time.perf_counter() - t0, sol.solver, f" {sol.note}" if sol.note else "")
+    return out
 
 
 def assemble_plan(
@@ -109,15 +166,17 @@ def assemble_plan(
     losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
     lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
     # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
-    costs = _view_costs(keys, solutions)
+    costs = _view_costs(keys, solutions, budget.neighbours)
     alloc = allocate(losses, budget.beta, costs)
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
     phases["allocate"] = time.perf_counter() - t0
-    return Plan(
+    plan = Plan(
         decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
         {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
     )
+    log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
+    return plan
 
 
 def make_plan(
@@ -128,20 +187,43 @@ def make_plan(
     *,
     all_numeric: bool = False,
     solver_options: dict | None = None,
+    objective: str = "sum",
 ) -> Plan:
-    """The whole planning pipeline in one call (what ``querysmasher plan`` runs)."""
+    """The whole planning pipeline in one call (what ``querysmasher plan`` runs).
+
+    ``objective`` "sum" minimises the total weighted variance, "max" the largest weighted query
+    variance (:mod:`querysmasher.maxvar`).
+    """
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
+    if objective not in ("sum", "max"):
+        raise InputError("objective", objective, "must be 'sum' or 'max'")
+    if objective == "max":
+        if method not in ("qs", "wff", "rp"):
+            raise InputError("objective", objective, f"is implemented for qs, wff and rp, not {method}")
+        from .maxvar import plan_max
+
+        return plan_max(schema, workload, method, budget, solver_options=solver_options)
+    if method == "mm":  # the whole domain at once: no residual decomposition
+        from .solvers.mm import plan_mm
+
+        names = {"target_gap": "target_gap", "max_dense_cells": "max_cells"}
+        for k in solver_options or {}:
+            if k not in names:
+                raise InputError("solver option", k, f"mm takes {', '.join(names)} only")
+        return plan_mm(schema, workload, budget, **{names[k]: v for k, v in (solver_options or {}).items()})
     solver = get_solver(method, **(solver_options or {}))
     decomp = decompose(workload)
     t0 = time.perf_counter()
+    distinct = decomp.distinct()
+    log.info("decomposed %s: %d residual views, %d distinct subproblems, %.2f s", workload.spec, len(decomp.grams), len(distinct), decomp.seconds)
     if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
         solver.prepare(decomp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        solutions = solve_distinct(decomp.distinct(), decomp.store, solver)
+        solutions = solve_distinct(distinct, decomp.store, solver)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     phases = {"decompose": decomp.seconds, "solve": time.perf_counter() - t0}
@@ -150,20 +232,15 @@ def make_plan(
 
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
-    from .io import atomic_h5, new_group, put, put_json
+    from .io import atomic_h5, new_group, put, put_custom_queries, put_json
 
     with atomic_h5(path, kind="plan") as f:
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
         put_json(f, "summary", plan.summary())
-        custom = new_group(f, "custom")
-        for i, (p, cq) in enumerate(sorted(plan.workload.custom.items())):
-            g = new_group(custom, str(i))
-            g.attrs["path"] = p
-            put(g, "attributes", np.array(cq.attributes, dtype=object))
-            put(g, "queries", cq.queries)
+        put_custom_queries(f, plan.workload.custom)
         v = new_group(f, "views")
         lengths = [len(a) for a in plan.views]
         put(v, "attrs", np.array([i for a in plan.views for i in a], dtype=np.int64))
@@ -210,18 +287,13 @@ def read_solution(g) -> ViewSolution:
 def load_plan(path) -> Plan:
     """Read a plan file written by :func:`save_plan`."""
     from .allocation import Allocation
-    from .io import get_json, open_h5
-    from .workload import CustomQueries
+    from .io import get_custom_queries, get_json, open_h5
 
     with open_h5(path, "plan") as f:
         schema = Schema.from_dict(get_json(f, "schema"))
-        custom = {
-            str(g.attrs["path"]): CustomQueries(tuple(x.decode() if isinstance(x, bytes) else str(x) for x in g["attributes"][()]), g["queries"][()])
-            for g in f["custom"].values()
-        }
-        workload = parse_workload(str(f.attrs["workload"]), schema, custom)
+        workload = parse_workload(str(f.attrs["workload"]), schema, get_custom_queries(f))
         b = get_json(f, "budget")
-        budget = Budget(b["beta"], b["source"], b["delta"])
+        budget = Budget(b["beta"], b["source"], b["delta"], b.get("neighbours", "add-remove"))
         summary = get_json(f, "summary")
         v = f["views"]
         flat, offs = v["attrs"][()], v["offsets"][()]
@@ -231,10 +303,11 @@ def load_plan(path) -> Plan:
         losses = v["loss"][()]
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
         finite = np.isfinite(sigma2)
-        costs = _view_costs(keys, solutions)
+        costs = _view_costs(keys, solutions, budget.neighbours)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
+        certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
         return Plan(
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
             v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
-            list(summary["notes"]),
+            list(summary["notes"]), summary.get("objective", "sum"), certificate or None,
         )

@@ -14,6 +14,7 @@ A; workloads with billions of queries are answered lazily from these tables.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +23,17 @@ import numpy as np
 
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
+from .fulldomain import is_full_domain_plan, marginalise, plan_query_variances, plan_view_variances
 from .linalg import kron_apply, single_threaded_blas
+from .logs import progress
 from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
 from .solvers.base import pinv_psd
 from .workload import WorkloadView
 
-__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "load_answers_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -62,6 +67,9 @@ class Reconstruction:
     def __post_init__(self) -> None:
         self._position = {self.plan.views[int(i)]: k for k, i in enumerate(self.meas.view_index)}
 
+    def __repr__(self) -> str:
+        return f"Reconstruction({self.plan.method} on {self.plan.workload.spec}: {len(self._position)} measured views)"
+
     def residual(self, sub: tuple[int, ...]) -> np.ndarray | None:
         """x̂_A' = (X^+)^(1/2) y_A' for a measured residual view (None when it is not measured)."""
         if sub in self._residual:
@@ -81,6 +89,11 @@ class Reconstruction:
         if attrs in self._tables:
             return self._tables[attrs]
         sizes = self.plan.schema.sizes
+        if is_full_domain_plan(self.plan):  # one full-domain estimate: marginalise it (method mm)
+            full = self.residual(self.plan.views[0])
+            total = np.zeros(math.prod(sizes[a] for a in attrs)) if full is None else marginalise(full, sizes, attrs)
+            self._tables[attrs] = total
+            return total
         total = None
         for r in range(len(attrs) + 1):
             for sub in itertools.combinations(attrs, r):
@@ -100,11 +113,16 @@ class Reconstruction:
 
     def view_answers(self, v: WorkloadView) -> np.ndarray:
         """Answers to every query of one workload view (product families by mode products)."""
-        t = self.table(v.attrs)
-        if v.factors:
-            sizes = tuple(self.plan.schema.sizes[a] for a in v.attrs)
-            return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], t, sizes)
-        return view_query_matrix(self.plan.workload, v) @ t
+        return view_answers_from_table(self.plan, v, self.table(v.attrs))
+
+
+def view_answers_from_table(plan: Plan, v: WorkloadView, table: np.ndarray) -> np.ndarray:
+    """Answers to every query of workload view ``v`` from a table over its cells (a reconstructed
+    one, or true counts for an evaluation); product families by mode products."""
+    if v.factors:
+        sizes = tuple(plan.schema.sizes[a] for a in v.attrs)
+        return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], table, sizes)
+    return view_query_matrix(plan.workload, v) @ table
 
 
 def reconstruct(plan: Plan, meas: Measurements) -> Reconstruction:
@@ -118,6 +136,8 @@ def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
 
 def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
     """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
+    if is_full_domain_plan(plan):
+        return plan_query_variances(plan, attrs, queries)
     q = np.atleast_2d(np.asarray(queries, dtype=float))
     sizes = tuple(plan.schema.sizes[a] for a in attrs)
     measured = _measured(plan)
@@ -170,6 +190,8 @@ def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
     """Variances of every query of a workload view. For product families the Kronecker query rows
     are never formed (see :func:`_kron_rows_pinv_quadratic`); other families use their explicit rows."""
     sizes_all = plan.schema.sizes
+    if is_full_domain_plan(plan):
+        return plan_view_variances(plan, v)
     if not v.factors:
         return query_variances(plan, v.attrs, view_query_matrix(plan.workload, v))
     qs = [query_matrix_1d(f, sizes_all[a]) for f, a in zip(v.factors, v.attrs)]
@@ -221,7 +243,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         t_offs = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         put(g, "table_offsets", t_offs)
         tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
-        for k, v in enumerate(views):  # streamed: one table in memory at a time
+        for k, v in progress(enumerate(views), desc="reconstruct", total=len(views)):  # streamed: one table in memory at a time
             tables[t_offs[k]:t_offs[k + 1]] = rec.table(v.attrs)
         if write_answers:
             counts = [plan.workload.view_count(v) for v in views]
@@ -229,45 +251,19 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             put(g, "answer_offsets", a_offs)
             ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
-            for k, v in enumerate(views):
+            for k, v in progress(enumerate(views), desc="answers", total=len(views)):
                 ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
                 var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
+    log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
-def load_answers_table(path: str | Path, index: int) -> np.ndarray:
-    """The reconstructed table of workload view ``index`` from an answers file."""
-    from .io import open_h5
-
-    with open_h5(path, "answers") as f:
-        offs = f["views/table_offsets"]
-        return f["views/tables"][int(offs[index]):int(offs[index + 1])]
-
-
 def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
-    """One CSV per workload view: the attribute codes of each cell and the estimated count.
-
-    Files are written to temporary names and renamed, like every output of the project.
-    """
-    import os
-    import tempfile
-
-    import pandas as pd
+    """Per-cell CSV tables with standard errors, only for views whose cells are estimable, and an
+    index ``tables.json`` (see :mod:`querysmasher.tables`). Returns the per-cell files written."""
+    from .tables import write_tables
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    names, sizes = rec.plan.schema.names, rec.plan.schema.sizes
-    written = []
-    for attrs in dict.fromkeys(v.attrs for v in rec.plan.workload.views):
-        shape = tuple(sizes[a] for a in attrs)
-        idx = np.indices(shape).reshape(len(attrs), -1) if attrs else np.zeros((0, 1), dtype=int)
-        frame = pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
-        frame["estimate"] = rec.table(attrs)
-        path = folder / ("total.csv" if not attrs else "__".join(names[a] for a in attrs) + ".csv")
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        os.chmod(tmp, 0o644)
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-        written.append(path)
-    return written
+    index = write_tables(folder, rec, answers=False)
+    return [folder / t["file"] for t in index["tables"] if t["file"]]

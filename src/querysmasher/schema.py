@@ -25,7 +25,10 @@ import yaml
 
 from .errors import InputError
 
-__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS"]
+__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes"]
+
+# Planning forms n x n matrices per attribute (Grams, mechanism factors): 5,000 is 200 MB each.
+MAX_ATTRIBUTE_SIZE = 5000
 
 Kind = Literal["categorical", "numeric"]
 KINDS: tuple[str, ...] = ("categorical", "numeric")
@@ -100,6 +103,18 @@ class Schema:
     @classmethod
     def from_dict(cls, d: dict) -> "Schema":
         return cls(d["name"], tuple(Attribute(a["name"], int(a["size"]), a["kind"]) for a in d["attributes"]))
+
+
+def check_attribute_sizes(schema: Schema, attrs=None, limit: int = MAX_ATTRIBUTE_SIZE) -> None:
+    """Refuse (before anything is allocated) an attribute a workload uses whose size is above
+    ``limit``: its n x n per-attribute matrices would not fit (size 100,000 is 74.5 GiB each).
+
+    >>> check_attribute_sizes(parse_schema("cps"))
+    """
+    for i in range(len(schema)) if attrs is None else sorted(set(attrs)):
+        a = schema.attributes[i]
+        if a.size > limit:
+            raise InputError(f"size of attribute {a.name!r}", a.size, f"is above {limit:,}: planning forms {a.size:,} x {a.size:,} matrices per attribute; coarsen it (fewer bins)")
 
 
 def _build(name: str, numeric: list[tuple[str, int]], categorical: list[tuple[str, int]]) -> Schema:

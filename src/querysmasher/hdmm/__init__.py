@@ -1,5 +1,5 @@
-"""HDMM (McKenna et al.) with Gaussian noise: one strategy for the whole, implicitly represented
-workload (a baseline, not a per-view method).
+"""HDMM (McKenna et al.): one strategy for the whole, implicitly represented workload (a baseline,
+not a per-view method), with Gaussian noise (zCDP) or Laplace noise (pure ε-DP, a :class:`PureBudget`).
 
 >>> from querysmasher.accounting import Budget
 >>> p = plan_hdmm("synthetic:n=10,d=40", "prefix:1,2", Budget.from_beta(1.0), restarts=1)
@@ -8,11 +8,14 @@ workload (a baseline, not a per-view method).
 """
 
 from .implicit import ImplicitWorkload, KronStrategy
+from .laplace import LaplaceStrategy, PureBudget
 from .plan import OPTIMIZERS, HDMMGroup, HDMMMeasurements, HDMMPlan, hdmm_measure, hdmm_reconstruct, plan_hdmm
 
 __all__ = [
     "ImplicitWorkload",
     "KronStrategy",
+    "LaplaceStrategy",
+    "PureBudget",
     "OPTIMIZERS",
     "HDMMGroup",
     "HDMMMeasurements",

@@ -1,15 +1,23 @@
 """HDMM plan, measurement and answer files, for the ``plan``/``measure``/``reconstruct`` commands.
 
-An HDMM plan file records what determines the strategy (schema, workload, budget, seed, restarts)
-and its expected error; loading it re-runs the seeded optimisers and checks that the same error
-comes out, so the file stays small even when the strategy has many Kronecker blocks. Measuring and
-reconstructing need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
+An HDMM plan file (format ``HDMM_PLAN_FORMAT``) stores the noise (``gaussian`` with its zCDP budget,
+or ``laplace`` with its pure ε) and the optimised strategy itself: per group, the workload views it
+answers, its distinct per-attribute factors (Gram factors for Gaussian noise, explicit rows for
+Laplace noise), block index and block weights. Loading never re-runs the (randomised) optimisers: it
+rebuilds each strategy, checks that it is a valid strategy at privacy cost 1 (Gaussian: PSD factors
+with max diagonal 1, unit diagonals and orthogonal blocks in a union; Laplace: non-negative factors
+whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every group's expected error from the stored strategy and refuses the file
+unless they equal the recorded ones (relative ``VERIFY_RTOL``: the recomputation runs eigen-
+decompositions, whose rounding differs across BLAS builds far below that). Files of the first
+format, which held only the optimiser's seed, are refused in one line. Measuring and reconstructing
+need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from ..accounting import Budget
@@ -17,31 +25,138 @@ from ..data import Records
 from ..errors import InputError
 from ..io import atomic_h5, get_json, new_group, open_h5, put, put_json
 from ..schema import Schema
-from .plan import MAX_DOMAIN_CELLS, HDMMMeasurements, HDMMPlan, _check_domain, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from ..workload import parse_workload
+from .implicit import ImplicitWorkload, KronStrategy
+from .laplace import LaplaceStrategy, PureBudget
+from .plan import MAX_DOMAIN_CELLS, HDMMGroup, HDMMMeasurements, HDMMPlan, _check_domain, hdmm_measure, hdmm_reconstruct
 
-__all__ = ["save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
+__all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
+
+HDMM_PLAN_FORMAT = 2  # 1: seed only, re-optimised on load; 2: the strategy itself
+VERIFY_RTOL = 1e-7
+_PSD_RTOL = 1e-9
+
+
+def _put_strategy(g: h5py.Group, s: KronStrategy | LaplaceStrategy) -> None:
+    put(g, "sizes", np.asarray(s.sizes, dtype=np.int64))  # the schema's, or (cells,) for explicit OPT_0
+    put(g, "index", s.index)
+    put(g, "weights", s.weights)
+    rows = isinstance(s, LaplaceStrategy)
+    g.attrs["factors"] = "rows" if rows else "gram"
+    mats = new_group(g, "mats")
+    for i, fs in enumerate(s.factors if rows else s.mats):
+        a = new_group(mats, str(i))
+        for h, m in enumerate(fs):
+            put(a, str(h), m)
+
+
+def _get_strategy(g: h5py.Group, noise: str) -> KronStrategy | LaplaceStrategy:
+    sizes = tuple(int(n) for n in g["sizes"][()])
+    mats = g["mats"]
+    factors = tuple(tuple(np.asarray(mats[str(i)][str(h)][()], dtype=float) for h in range(len(mats[str(i)]))) for i in range(len(mats)))
+    index, weights = np.asarray(g["index"][()], dtype=np.int64), np.asarray(g["weights"][()], dtype=float)
+    if str(g.attrs["factors"]) != ("rows" if noise == "laplace" else "gram"):
+        raise ValueError(f"{g.attrs['factors']} factors in a {noise} plan")
+    if noise == "laplace":
+        return LaplaceStrategy(sizes, factors, index, weights)
+    if len(factors) != len(sizes) or any(m.shape != (n, n) for fs, n in zip(factors, sizes) for m in fs):
+        raise ValueError("factor shapes do not match the schema")
+    return KronStrategy(sizes, factors, index, weights)
 
 
 def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
     with atomic_h5(path, kind="hdmm-plan") as f:
+        f.attrs["hdmm_plan_format"] = HDMM_PLAN_FORMAT
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        f.attrs["noise"] = plan.noise
+        if plan.noise == "laplace":
+            put_json(f, "budget", {"epsilon": plan.budget.epsilon})
+        else:
+            put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
         f.attrs["seed"] = plan.seed
         f.attrs["restarts"] = plan.restarts
+        f.attrs["optimizer"] = plan.optimizer
+        f.attrs["seconds"] = plan.seconds
+        put_json(f, "candidates", plan.candidates)
+        put_json(f, "notes", plan.notes)
         f.attrs["total_variance"] = plan.total_variance
         put_json(f, "summary", plan.summary())
+        groups = new_group(f, "groups")
+        for gi, grp in enumerate(plan.groups):
+            g = new_group(groups, str(gi))
+            g.attrs["error"] = grp.error
+            put(g, "views", np.asarray(grp.views, dtype=np.int64))
+            _put_strategy(new_group(g, "strategy"), grp.strategy)
+
+
+def _refuse(path, reason: str) -> InputError:
+    return InputError("hdmm plan file", str(path), reason)
+
+
+def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy | LaplaceStrategy, several: bool, recorded: float) -> HDMMGroup:
+    """The group, after checking the stored strategy's privacy cost and recomputing its error."""
+    laplace = isinstance(strategy, LaplaceStrategy)
+    for i, fs in enumerate(() if laplace else strategy.mats):
+        for m in fs:
+            w = np.linalg.eigvalsh((m + m.T) / 2)
+            if not np.allclose(m, m.T, rtol=0, atol=_PSD_RTOL) or w.min() < -_PSD_RTOL * max(w.max(), 1.0):
+                raise _refuse(path, f"attribute {i} has a strategy factor that is not symmetric positive semidefinite")
+            if several and not np.allclose(np.diag(m), 1.0, rtol=0, atol=_PSD_RTOL):
+                raise _refuse(path, f"attribute {i} has a factor without unit diagonal in a plan of several groups")
+    cost = strategy.sensitivity() if laplace else strategy.privacy_cost()
+    if not np.isclose(cost, 1.0, rtol=VERIFY_RTOL, atol=0):
+        raise _refuse(path, f"a stored strategy has {'L1 sensitivity' if laplace else 'privacy cost'} {cost!r}, not 1")
+    if len(views) == 0 or views.min() < 0 or views.max() >= len(implicit):
+        raise _refuse(path, "a group answers workload views that do not exist")
+    if strategy.sizes == implicit.sizes:
+        answered = implicit.subset(views)
+    elif strategy.sizes == (implicit.cells,) and len(views) == len(implicit):  # explicit OPT_0 over the full domain
+        answered = implicit.merged()
+    else:
+        raise _refuse(path, f"a stored strategy has attribute sizes {strategy.sizes}, not the schema's {implicit.sizes}")
+    error = float(strategy.term_variances(answered).sum())
+    if not np.isclose(error, recorded, rtol=VERIFY_RTOL, atol=0):
+        raise _refuse(path, f"a stored strategy's expected error {error!r} differs from the recorded {recorded!r}")
+    return HDMMGroup(views, strategy, error)
 
 
 def load_hdmm_plan(path: str | Path) -> HDMMPlan:
-    """Re-derive the plan from its seeded inputs and check it reproduces the recorded error."""
+    """The stored strategy, verified (privacy cost 1 per group, expected errors recomputed); never re-optimised."""
     with open_h5(path, "hdmm-plan") as f:
+        version = int(f.attrs.get("hdmm_plan_format", 1))
+        if version != HDMM_PLAN_FORMAT:
+            raise _refuse(path, f"has HDMM plan format {version}, which does not store the strategy; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
         schema = Schema.from_dict(get_json(f, "schema"))
-        workload, b = str(f.attrs["workload"]), get_json(f, "budget")
-        seed, restarts, recorded = int(f.attrs["seed"]), int(f.attrs["restarts"]), float(f.attrs["total_variance"])
-    plan = plan_hdmm(schema, workload, Budget(b["beta"], b["source"], b["delta"]), seed=seed, restarts=restarts)
-    if not np.isclose(plan.total_variance, recorded, rtol=1e-9, atol=0):
-        raise InputError("hdmm plan file", str(path), f"does not reproduce (total variance {plan.total_variance!r}, recorded {recorded!r})")
+        workload = parse_workload(str(f.attrs["workload"]), schema)
+        b, noise = get_json(f, "budget"), str(f.attrs["noise"])
+        if noise not in ("gaussian", "laplace"):
+            raise _refuse(path, f"has noise {noise!r}, not 'gaussian' or 'laplace'")
+        if set(b) != ({"epsilon"} if noise == "laplace" else {"beta", "source", "delta"}):
+            raise _refuse(path, f"budget {sorted(b)} does not fit noise {noise!r}")
+        budget = PureBudget(float(b["epsilon"])) if noise == "laplace" else Budget(b["beta"], b["source"], b["delta"])
+        implicit = ImplicitWorkload.from_workload(workload)
+        stored = f["groups"]
+        several = len(stored) > 1
+        groups = []
+        for gi in range(len(stored)):
+            g = stored[str(gi)]
+            try:
+                strategy = _get_strategy(g["strategy"], noise)
+            except (ValueError, KeyError, IndexError) as exc:
+                raise _refuse(path, f"group {gi} does not hold a valid strategy ({exc})") from None
+            groups.append(_verified_group(path, implicit, np.asarray(g["views"][()], dtype=np.int64), strategy, several, float(g.attrs["error"])))
+        plan = HDMMPlan(
+            schema, workload, budget, str(f.attrs["optimizer"]), tuple(groups),
+            {k: float(v) for k, v in get_json(f, "candidates").items()}, int(f.attrs["seed"]), int(f.attrs["restarts"]),
+            float(f.attrs["seconds"]), list(get_json(f, "notes")),
+        )
+        recorded = float(f.attrs["total_variance"])
+    covered = np.sort(np.concatenate([g.views for g in plan.groups]))
+    if not np.array_equal(covered, np.arange(len(workload.views))):
+        raise _refuse(path, "its groups do not answer every workload view exactly once")
+    if not np.isclose(plan.total_variance, recorded, rtol=VERIFY_RTOL, atol=0):
+        raise _refuse(path, f"total variance {plan.total_variance!r} differs from the recorded {recorded!r}")
     return plan
 
 
@@ -56,7 +171,7 @@ def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.
     return np.bincount(flat, minlength=cells).astype(float)
 
 
-def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng: np.random.Generator, path: str | Path, *, seeded: bool,
+def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng, path: str | Path, *, seeded: bool,
                          plan_sha256: str, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
     """The release for an HDMM plan: each group's noisy strategy answers, nothing else."""
     meas = hdmm_measure(plan, _full_vector(plan, records, max_domain_cells), rng, max_domain_cells=max_domain_cells)

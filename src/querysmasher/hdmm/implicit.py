@@ -35,8 +35,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..families import gram_1d
-from ..linalg import kron_apply, kron_dense
-from ..solvers.base import pinv_psd
+from ..linalg import kron_apply, kron_dense, pinv_psd, psd_power
 from ..workload import Workload
 
 __all__ = ["TOTAL", "ImplicitWorkload", "KronStrategy", "sym_sqrt"]
@@ -46,11 +45,9 @@ _CHUNK_ENTRIES = 1 << 22  # (terms x blocks) entries evaluated at a time: bounds
 _UNIT_DIAG_ATOL = 1e-9
 
 
-def sym_sqrt(m: np.ndarray, power: float = 0.5, rtol: float = 1e-10) -> np.ndarray:
+def sym_sqrt(m: np.ndarray, power: float = 0.5) -> np.ndarray:
     """M^power on range(M) (0 on its null space) for symmetric PSD M; power -0.5 gives (M^½)^+."""
-    w, v = np.linalg.eigh((m + m.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+    return psd_power(m, power)
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,13 +184,24 @@ class KronStrategy:
         """(M^½, (M^½)^+) of every distinct factor, computed once per strategy."""
         return tuple(tuple((sym_sqrt(m), sym_sqrt(m, -0.5)) for m in fs) for fs in self.mats)
 
-    def measure(self, x: np.ndarray, noise_sd: float, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        """y_b = A_b x + N(0, noise_sd^2 I) with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X)."""
-        out = []
+    def measure(self, x: np.ndarray, noise_sd: float, rng) -> tuple[np.ndarray, ...]:
+        """y_b = A_b x + N(0, noise_sd^2 I) with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X); ``rng`` is a
+        :class:`querysmasher.noise.NoiseSource` or a numpy generator."""
+        from ..noise import as_noise
+
+        noise, out = as_noise(rng), []
         for row, w in zip(self.index, self.weights):
             y = math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes)
-            out.append(y + noise_sd * rng.standard_normal(y.shape))
+            out.append(noise.add_gaussian(y, noise_sd * noise_sd))
         return tuple(out)
+
+    def pinv_apply(self, v: np.ndarray) -> np.ndarray:
+        """X^+ v = Σ_b κ_b^-1 ⊗_i M_i^+ v (the blocks are orthogonal)."""
+        x = np.zeros(math.prod(self.sizes))
+        for row, w in zip(self.index, self.weights):
+            roots = [self._roots[i][h][1] for i, h in enumerate(row)]
+            x += kron_apply(roots, kron_apply(roots, v, self.sizes), self.sizes) / w
+        return x
 
     def estimate(self, ys: tuple[np.ndarray, ...]) -> np.ndarray:
         """Least squares x̂ = X^+ A^T y = Σ_b A_b^+ y_b (the blocks are orthogonal)."""

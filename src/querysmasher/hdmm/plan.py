@@ -1,5 +1,7 @@
-r"""HDMM with Gaussian noise: choose a strategy for the whole workload, predict its error, and (on small
-domains) measure and reconstruct.
+r"""HDMM: choose a strategy for the whole workload, predict its error, and (on small domains) measure
+and reconstruct, with Gaussian noise (a :class:`~querysmasher.accounting.Budget`, zCDP) or, as the
+HDMM paper defines it, Laplace noise (a :class:`~.laplace.PureBudget`, pure ε-DP; optimisers of
+:mod:`.optimize_laplace`).
 
 :func:`plan_hdmm` runs the applicable optimisers and keeps the one with the lowest expected error:
 
@@ -15,7 +17,9 @@ A plan is a union of groups, each a strategy at privacy cost 1 with error E_g (t
 variances of the workload views answered from it). Noise variances σ_g^2 = Σ sqrt(E) / (β sqrt(E_g))
 spend exactly β (several groups only come from OPT_+, whose factors have unit diagonals, so the
 diagonal of Σ_g X_g / σ_g^2 is constant) and give a total variance (Σ_g sqrt(E_g))^2 / β
-(:func:`querysmasher.allocation.allocate`).
+(:func:`querysmasher.allocation.allocate`). Under Laplace noise each group is a strategy of L1
+sensitivity 1 with error E_g, ε_g ∝ E_g^(1/3) and the total variance is 2 (Σ_g E_g^(1/3))^3 / ε^2
+(:func:`.laplace.laplace_allocation`).
 
 Measure and reconstruct work on the full data vector, HDMM's real limit: above ``max_domain_cells``
 they raise an InputError, while the expected error is still computed implicitly.
@@ -42,7 +46,10 @@ from ..families import query_matrix_1d
 from ..linalg import kron_apply
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
+from . import optimize_laplace as l1
 from .implicit import ImplicitWorkload, KronStrategy
+from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget, laplace_allocation
+from ..noise import as_noise, make_noise
 from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_kron, opt_marginals, opt_plus
 
 __all__ = ["HDMMGroup", "HDMMPlan", "HDMMMeasurements", "plan_hdmm", "hdmm_measure", "hdmm_reconstruct", "OPTIMIZERS"]
@@ -55,11 +62,11 @@ MAX_DOMAIN_CELLS = 10**7
 
 @dataclass(frozen=True, eq=False)
 class HDMMGroup:
-    """A strategy at privacy cost 1 and the workload views answered from it."""
+    """A strategy at privacy cost 1 (Gaussian) or L1 sensitivity 1 (Laplace) and the workload views answered from it."""
 
     views: np.ndarray  # indices into workload.views
-    strategy: KronStrategy
-    error: float  # Σ over those views of w_v tr(G_v X^+): the group's weighted variance at cost 1
+    strategy: KronStrategy | LaplaceStrategy
+    error: float  # Σ over those views of w_v tr(G_v X^+) (times ||A||_1^2 under Laplace): the group's error at cost 1
 
 
 @dataclass(eq=False)
@@ -68,7 +75,7 @@ class HDMMPlan(PredictedError):
 
     schema: Schema
     workload: Workload
-    budget: Budget
+    budget: Budget | PureBudget
     optimizer: str  # which optimiser won
     groups: tuple[HDMMGroup, ...]
     candidates: dict[str, float]  # optimiser -> total variance at the budget
@@ -78,14 +85,19 @@ class HDMMPlan(PredictedError):
     notes: list[str] = field(default_factory=list)
 
     @property
-    def allocation(self) -> Allocation:
-        return allocate([g.error for g in self.groups], self.budget.beta)
+    def noise(self) -> str:
+        return "laplace" if isinstance(self.budget, PureBudget) else "gaussian"
+
+    @property
+    def allocation(self) -> Allocation | LaplaceAllocation:
+        return _allocation([g.error for g in self.groups], [g.strategy for g in self.groups], self.budget)
 
     def summary(self) -> dict:
         return {
             "schema": self.schema.name,
             "workload": self.workload.spec,
             "method": "hdmm",
+            "noise": self.noise,
             "rmse": self.rmse,
             "total_variance": self.total_variance,
             "queries": self.queries,
@@ -109,14 +121,20 @@ def _groups(workload: Workload, grouping: str) -> list[np.ndarray]:
     return [np.array(js) for js in labels.values()]
 
 
-def _group(implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy) -> HDMMGroup:
+def _group(implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy | LaplaceStrategy) -> HDMMGroup:
     return HDMMGroup(views, strategy, float(strategy.term_variances(implicit.subset(views)).sum()))
+
+
+def _allocation(errors: list[float], strategies, budget: Budget | PureBudget) -> Allocation | LaplaceAllocation:
+    if isinstance(budget, PureBudget):
+        return laplace_allocation(errors, [s.sensitivity() for s in strategies], budget.epsilon)
+    return allocate(errors, budget.beta)
 
 
 def plan_hdmm(
     schema: Schema | str,
     workload: Workload | str,
-    budget: Budget,
+    budget: Budget | PureBudget,
     *,
     seed: int = 0,
     restarts: int = DEFAULT_RESTARTS,
@@ -131,7 +149,8 @@ def plan_hdmm(
     ``restarts`` OPT_⊗ runs per Kronecker strategy (the first from the identity, the others from
     factors drawn with ``seed``); ``optimizers`` restricts the candidates (those not applicable to
     the workload are skipped); ``target_gap`` is the certified gap of every OPT_0 solve;
-    ``all_numeric`` is as in :func:`querysmasher.plan.make_plan`.
+    ``all_numeric`` is as in :func:`querysmasher.plan.make_plan`. A :class:`~.laplace.PureBudget`
+    selects Laplace noise and the L1 optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
     if isinstance(schema, str):
@@ -148,31 +167,37 @@ def plan_hdmm(
     rng = np.random.default_rng(seed)
     solve = Opt0Cache(target_gap)
     options = {"rng": rng, "restarts": restarts, "solve": solve}
+    laplace = isinstance(budget, PureBudget)
+    kron_opt, plus_opt = (l1.opt_kron, l1.opt_plus) if laplace else (opt_kron, opt_plus)
     candidates: dict[str, tuple[HDMMGroup, ...]] = {}
     notes: list[str] = []
     if "opt0" in optimizers:
         if implicit.cells <= explicit_cells:
             merged = implicit.merged()
-            strategy = KronStrategy.single((solve(merged.dense_gram()),))
+            if laplace:
+                strategy = LaplaceStrategy.single((l1.p_identity(l1.opt_0(merged.dense_gram(), rng=rng)),))
+            else:
+                strategy = KronStrategy.single((solve(merged.dense_gram()),))
             candidates["opt0"] = (HDMMGroup(everything, strategy, float(strategy.term_variances(merged).sum())),)
         else:
             notes.append(f"opt0 skipped: the domain has {_cells_text(implicit.cells)} cells, above explicit_cells={explicit_cells}")
     if "kron" in optimizers:
-        candidates["kron"] = (_group(implicit, everything, opt_kron(implicit, **options)),)
+        candidates["kron"] = (_group(implicit, everything, kron_opt(implicit, **options)),)
     groups = _groups(workload, grouping)
     if "plus" in optimizers:
         if len(groups) > 1:
-            candidates["plus"] = tuple(_group(implicit, g, s) for g, s in zip(groups, opt_plus(implicit, groups, **options)))
+            candidates["plus"] = tuple(_group(implicit, g, s) for g, s in zip(groups, plus_opt(implicit, groups, **options)))
         else:
             notes.append(f"plus skipped: grouping by {grouping} gives one group (the same strategy as kron)")
     if "marginals" in optimizers:
         if marginals_applicable(implicit):
-            candidates["marginals"] = (_group(implicit, everything, opt_marginals(implicit)),)
+            strategy = l1.opt_marginals(implicit, rng=rng, restarts=restarts) if laplace else opt_marginals(implicit)
+            candidates["marginals"] = (_group(implicit, everything, strategy),)
         else:
             notes.append("marginals skipped: the workload has non-marginal factors")
     if not candidates:
         raise InputError("hdmm optimizer", ",".join(optimizers), f"none applies to this workload and schema ({'; '.join(notes)})")
-    variances = {k: allocate([g.error for g in gs], budget.beta).total_variance for k, gs in candidates.items()}
+    variances = {k: _allocation([g.error for g in gs], [g.strategy for g in gs], budget).total_variance for k, gs in candidates.items()}
     best = min(variances, key=variances.get)
     return HDMMPlan(schema, workload, budget, best, candidates[best], variances, seed, restarts, time.perf_counter() - t0, notes)
 
@@ -200,15 +225,24 @@ def _check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
     return cells
 
 
-def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng: np.random.Generator, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> HDMMMeasurements:
+def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> HDMMMeasurements:
     """Answer every group's strategy on the full data vector (cells row-major in schema order) with
-    Gaussian noise of variance σ_g^2, spending the plan's budget."""
+    Gaussian noise of variance σ_g^2, or Laplace noise of scale b_g = ||A_g||_1 / ε_g, spending the
+    plan's budget. ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
+    (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
     cells = _check_domain(plan, max_domain_cells)
     x = np.asarray(x_full, dtype=float)
     if x.shape != (cells,):
         raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
+    noise = make_noise() if rng is None else as_noise(rng)
+    if plan.noise == "laplace":
+        alloc = plan.allocation
+        return HDMMMeasurements(tuple(
+            tuple(noise.add_laplace(y, b, g.strategy.sensitivity()) for y in g.strategy.answer(x))
+            for g, b in zip(plan.groups, alloc.scales)
+        ))
     sigma2 = plan.allocation.sigma2
-    return HDMMMeasurements(tuple(g.strategy.measure(x, math.sqrt(s2), rng) for g, s2 in zip(plan.groups, sigma2)))
+    return HDMMMeasurements(tuple(g.strategy.measure(x, math.sqrt(s2), noise) for g, s2 in zip(plan.groups, sigma2)))
 
 
 def hdmm_reconstruct(plan: HDMMPlan, meas: HDMMMeasurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> list[np.ndarray]:

@@ -15,6 +15,9 @@ Three representations keep large views implicit:
   Grams of rank r < c): it is measured as diag(s)^½ V^T x, r noisy values instead of c, and never
   needs a c x c matrix.
 
+The full contract a solver must meet (X = P X P on the residual subspace, what ``lower_bound``
+must mean, plugins) is in ``docs/solvers.md``; :mod:`querysmasher.testing` checks it.
+
 >>> v = np.array([[0.6], [0.8]])  # X = 2 v v^T, rank 1 over 2 cells
 >>> m = ViewMechanism("lowrank", (2,), (v, np.array([2.0])))
 >>> round(m.max_diag(), 12), m.outputs, m.dense_x().round(12).tolist()
@@ -30,16 +33,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, kron_dense
+from ..linalg import MatrixStore, kron_dense, pinv_psd  # pinv_psd: re-exported, solvers import it from here
 
 __all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
-
-
-def pinv_psd(x: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Pseudo-inverse of a symmetric PSD matrix (eigenvalues below rtol * max are treated as 0)."""
-    w, v = np.linalg.eigh((x + x.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
-    return (v[:, keep] / w[keep]) @ v[:, keep].T
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +65,9 @@ class ViewMechanism:
     def cells(self) -> int:
         return math.prod(self.sizes)
 
+    def __repr__(self) -> str:
+        return f"ViewMechanism({self.kind}, sizes={self.sizes})"
+
     @property
     def outputs(self) -> int:
         """Noisy values one measurement of the view releases: r for lowrank, the cells otherwise."""
@@ -97,6 +96,26 @@ class ViewMechanism:
             return float(np.einsum("ij,j,ij->i", v, s, v).max(initial=0.0))
         return float(self.mats[0].sum())  # |F[f, x]| = 1: every diagonal entry is sum(w)
 
+    def replace_cost(self) -> float:
+        """Privacy cost when one record is replaced by another: max over cell pairs of
+        (e_i - e_j)^T X (e_i - e_j). Exact for fourier and for views up to ``EXACT_PAIR_CELLS``
+        cells; above that an upper bound for kron (see :func:`_kron_pair_bound`).
+
+        >>> ViewMechanism("kron", (3,), (np.eye(3),)).replace_cost()
+        2.0
+        """
+        if self.cells < 2:
+            return 0.0
+        if self.kind == "fourier":
+            # Re X[x, y] = Re c(x - y) with c = fftn(w) (|F| = 1), so the cost is 2 (c(0) - min Re c(d ≠ 0)).
+            c = np.real(np.fft.fftn(self.mats[0])).ravel()
+            return float(2.0 * (c[0] - c[1:].min()))
+        if self.kind == "dense" or self.cells <= EXACT_PAIR_CELLS:
+            return _max_pair_distance(self.dense_x())
+        if self.kind == "lowrank":
+            return _lowrank_pair_distance(*self.mats)
+        return _kron_pair_bound(self.mats)
+
     def dense_x(self) -> np.ndarray:
         """The explicit privacy Gram X (small views and tests)."""
         if self.kind == "kron":
@@ -108,6 +127,50 @@ class ViewMechanism:
             return (v * s) @ v.T
         f = _dft_matrix(self.sizes)
         return np.real(f.conj().T @ (self.mats[0].ravel()[:, None] * f))
+
+
+EXACT_PAIR_CELLS = 4096  # replace costs are computed exactly over all cell pairs up to this many cells
+
+
+def _max_pair_distance(x: np.ndarray, rows: int = 512) -> float:
+    """max over i != j of x_ii + x_jj - 2 x_ij, in row blocks (no cells^2 temporary)."""
+    d = np.diag(x)
+    best = 0.0
+    for lo in range(0, x.shape[0], rows):
+        block = d[lo:lo + rows, None] + d[None, :] - 2.0 * x[lo:lo + rows]
+        best = max(best, float(block.max()))
+    return best
+
+
+LOWRANK_EXACT_PAIR_WORK = 4e9  # cells^2 * rank up to which a lowrank replace cost is exact
+
+
+def _lowrank_pair_distance(v: np.ndarray, s: np.ndarray, rows: int = 512) -> float:
+    """Replace cost of X = V diag(s) V^T from its factor U = V diag(s)^(1/2): max over cell pairs of
+    |u_i - u_j|^2, exact in row blocks while cells^2 * rank stays below ``LOWRANK_EXACT_PAIR_WORK``;
+    above it the bound (|u_i| + |u_j|)^2 <= 4 max diag (over-reporting is safe)."""
+    u = v * np.sqrt(np.clip(s, 0.0, None))
+    n = np.einsum("ij,ij->i", u, u)
+    if u.shape[0] ** 2 * max(u.shape[1], 1) > LOWRANK_EXACT_PAIR_WORK:
+        return 4.0 * float(n.max(initial=0.0))
+    best = 0.0
+    for lo in range(0, u.shape[0], rows):
+        block = n[lo:lo + rows, None] + n[None, :] - 2.0 * (u[lo:lo + rows] @ u.T)
+        best = max(best, float(block.max()))
+    return best
+
+
+def _kron_pair_bound(mats: tuple[np.ndarray, ...]) -> float:
+    """Upper bound on the replace cost of X_1 ⊗ ... ⊗ X_k for views too large to enumerate.
+
+    With S_k = X_k^(1/2) and s_k(i) its columns, S e_i - S e_j telescopes into k terms that differ in
+    one factor, so sqrt(cost) <= sum_k sqrt(r_k) prod_{l != k} sqrt(d_l) (r_k, d_l: each factor's
+    replace cost and max diagonal); also cost <= 4 max diag. Over-reporting is safe.
+    """
+    d = [float(np.diag(m).max()) for m in mats]
+    r = [_max_pair_distance(m) for m in mats]
+    tele = sum(math.sqrt(rk) * math.prod(math.sqrt(dl) for l, dl in enumerate(d) if l != k) for k, rk in enumerate(r)) ** 2
+    return min(tele, 4.0 * math.prod(d))
 
 
 def _dft_matrix(sizes: tuple[int, ...]) -> np.ndarray:
@@ -127,6 +190,10 @@ class ViewSolution:
     solver: str  # which solver produced the mechanism
     note: str = ""  # e.g. why a fallback was used
     gap: float = float("nan")
+
+    def __repr__(self) -> str:
+        note = f", note={self.note!r}" if self.note else ""
+        return f"ViewSolution({self.solver}, {self.mechanism.kind} {self.mechanism.sizes}, loss={self.loss:.6g}, lower_bound={self.lower_bound:.6g}, gap={self.gap:.2e}{note})"
 
 
 class ViewSolver(Protocol):

@@ -1,0 +1,26 @@
+# Release mode: a custodian's named tables -> results/releases/{name}/ (querysmasher.release).
+# Plans, re-checks the privacy cost, measures with OpenDP's sampler (OS entropy, never seeded),
+# reconstructs and writes only the publishable tables and release.json. Its log holds release.json
+# (no record count); its benchmark file (time, memory) grows with the number of records: keep it
+# with the custodian, it is not part of the release.
+
+
+rule release:
+    input:
+        data=lambda wc: release_spec(wc).data,
+        domain=lambda wc: release_spec(wc).domain,
+    output:
+        directory(f"{R}/releases/{{name}}"),
+    params:
+        spec=lambda wc: config["releases"][wc.name],
+        lib=lib("release"),
+    log:
+        f"{R}/releases/logs/{{name}}.log",
+    benchmark:
+        f"{R}/releases/benchmarks/{{name}}.tsv"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../scripts/release.py"

@@ -1,0 +1,13 @@
+"""Rule release: a release spec from the config -> results/releases/{name}/ (querysmasher.release.run_release).
+
+Release mode: OpenDP noise with OS entropy, no seed; nothing but the release is written.
+"""
+
+import json
+
+from querysmasher.pipeline import steps
+from querysmasher.release import parse_release_spec, run_release
+
+sm = snakemake  # noqa: F821  (injected by the script: directive)
+with steps.logged(sm.log[0]):
+    print(json.dumps(run_release(parse_release_spec(dict(sm.params.spec)), sm.output[0])))

@@ -1,0 +1,168 @@
+"""The workflow's config: the grid of experiments (:class:`Experiment`, expansion), budgets, and validation against ``config/schema.yaml``.
+
+>>> e = expand_grid({"grid": [{"schemas": ["cps"], "workloads": ["prefix:1"], "methods": ["rp", "qs"], "budgets": ["rho=0.5"]}]})
+>>> sorted(e)
+['cps__prefix-1__qs__rho0.5__seed0', 'cps__prefix-1__rp__rho0.5__seed0']
+>>> parse_budget("rho=0.5").beta
+1.0
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .datasets import resolve_data_source
+from .layout import experiment_name
+
+__all__ = ["Experiment", "BUDGET_PATTERN", "parse_budget", "expand_grid", "check_config", "format_validation_error"]
+
+BUDGET_PATTERN = r"^(?:(?:beta|rho|mu)=[0-9.eE+-]+|(?:eps|epsilon)=[0-9.eE+-]+,delta=[0-9.eE+-]+)$"
+
+
+def parse_budget(value, delta: float | None = None):
+    """A :class:`Budget` from a config value: a number (beta) or ``beta=B``, ``rho=R``, ``mu=U``,
+    ``eps=E,delta=D``. ``delta`` is the delta at which epsilon is reported for the other forms
+    (default :data:`querysmasher.accounting.DEFAULT_REPORT_DELTA`)."""
+    from ..accounting import DEFAULT_REPORT_DELTA, Budget
+    from ..errors import InputError
+
+    if delta is None:
+        delta = DEFAULT_REPORT_DELTA
+    if isinstance(value, bool):
+        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
+    if isinstance(value, (int, float)):
+        return Budget.from_beta(float(value), delta)
+    text = str(value).strip()
+    if not re.match(BUDGET_PATTERN, text):
+        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
+    parts = dict(p.split("=", 1) for p in text.split(","))
+    try:
+        nums = {k: float(v) for k, v in parts.items()}
+    except ValueError:
+        raise InputError("budget", value, "holds a value that is not a number") from None
+    if "beta" in nums:
+        return Budget.from_beta(nums["beta"], delta)
+    if "rho" in nums:
+        return Budget.from_rho(nums["rho"], delta)
+    if "mu" in nums:
+        return Budget.from_mu(nums["mu"], delta)
+    return Budget.from_epsilon_delta(nums.get("eps", nums.get("epsilon")), nums["delta"])
+
+
+@dataclass
+class Experiment:
+    """One point of the grid (what every per-experiment rule needs from the config)."""
+
+    name: str
+    schema: str  # the name used in the grid (a key of ``schemas:`` or a schema spec)
+    schema_spec: str
+    all_numeric: bool
+    workload: str
+    method: str
+    budget: object  # config value: a number (beta) or a string such as "rho=0.5"
+    seed: int
+    data: dict = field(default_factory=dict)
+    objective: str = "sum"  # "sum" or "max" (querysmasher.maxvar)
+
+    def as_dict(self) -> dict:
+        return {
+            "experiment": self.name, "schema": self.schema, "schema_spec": self.schema_spec, "all_numeric": self.all_numeric,
+            "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed, "objective": self.objective,
+        }
+
+
+def expand_grid(config: dict) -> dict[str, Experiment]:
+    """Every experiment of the config's grids (a list of schemas x workloads x methods x budgets x
+    seeds), by folder name. Two different experiments with the same folder name are an error."""
+    from ..errors import InputError
+
+    schemas = config.get("schemas") or {}
+    default_data = config.get("default_data") or {}
+    out: dict[str, Experiment] = {}
+    for g, grid in enumerate(config.get("grid") or []):
+        for s in grid["schemas"]:
+            entry = schemas.get(s, {"spec": s, "all_numeric": False, "data": default_data})
+            for w in grid["workloads"]:
+                for m in grid["methods"]:
+                    for b in grid.get("budgets", [1.0]):
+                        for seed in grid.get("seeds", [0]):
+                            objective = grid.get("objective", "sum")
+                            name = experiment_name(s, w, m, b, seed) + ("__max" if objective == "max" else "")
+                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed), dict(entry.get("data") or default_data), objective)
+                            old = out.get(name)
+                            if old is not None and old.as_dict() != e.as_dict():
+                                raise InputError(f"config grid[{g}]", name, f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec")
+                            out[name] = e
+    if not out:
+        raise InputError("config", "grid", "defines no experiment")
+    return out
+
+
+def check_config(config: dict) -> dict[str, Experiment]:
+    """The checks JSON Schema cannot express, before any job runs: every schema and workload
+    parses (the library's InputError text), every method has a solver, every budget is valid,
+    every data set used by a release has a readable source. Returns :func:`expand_grid`."""
+    from ..errors import InputError
+    from ..schema import parse_schema
+    from ..solvers import SOLVERS
+    from ..workload import parse_workload
+    from .hdmm_steps import WHOLE_WORKLOAD_METHODS
+
+    experiments = expand_grid(config)
+    delta = config.get("delta")
+    delta = None if delta is None else float(delta)
+    parsed: dict[tuple[str, bool], object] = {}
+    done: set[tuple] = set()
+    for e in experiments.values():
+        if e.method not in SOLVERS and e.method not in WHOLE_WORKLOAD_METHODS:
+            known = sorted([*SOLVERS, *WHOLE_WORKLOAD_METHODS])
+            raise InputError("config grid method", e.method, f"has no solver in this querysmasher (available: {', '.join(known)})")
+        if e.objective == "max" and e.method not in ("qs", "wff", "rp"):
+            raise InputError("config grid objective", e.objective, f"is implemented for qs, wff and rp, not {e.method}")
+        sk = (e.schema_spec, e.all_numeric)
+        if sk not in parsed:
+            try:
+                parsed[sk] = parse_schema(e.schema_spec, all_numeric=e.all_numeric)
+            except InputError as exc:
+                raise InputError(f"config schema {e.schema!r}", e.schema_spec, str(exc)) from None
+        if (sk, e.workload) not in done:
+            try:
+                parse_workload(e.workload, parsed[sk])
+            except InputError as exc:
+                raise InputError(f"config workload on schema {e.schema!r}", e.workload, str(exc)) from None
+            done.add((sk, e.workload))
+        try:
+            parse_budget(e.budget, delta)
+        except InputError as exc:
+            raise InputError("config grid budget", e.budget, str(exc)) from None
+        if config.get("release", True):
+            resolve_data_source(e.data)  # raises when no source is usable
+    return experiments
+
+
+def format_validation_error(config: dict, schema_path: str | Path) -> str:
+    """One line per problem, naming the config key and the reason, from the JSON schema at
+    ``schema_path`` (Snakemake's own validation message is a multi-line dump). Unknown keys are
+    listed with the allowed ones."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    lines = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path]):
+        path = ".".join(str(p) for p in err.absolute_path)
+        sub = err.schema if isinstance(err.schema, dict) else {}
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = sorted(sub.get("properties", {}))
+            for k in sorted(set(err.instance) - set(allowed)):
+                if sub.get("additionalProperties") is False:
+                    where = f"{path}.{k}" if path else k
+                    lines.append(f"config key '{where}': unknown key" + (f" (allowed here: {', '.join(allowed)})" if allowed else ""))
+            if lines:
+                continue
+        desc = sub.get("description")
+        lines.append(f"config key '{path or '(top level)'}': {err.message}" + (f" [{desc}]" if desc else ""))
+    return "invalid config: " + ("; ".join(lines) if lines else "does not match config/schema.yaml")

@@ -1,0 +1,91 @@
+"""Metrics of one experiment: predicted and empirical RMSE, the calibration of the variances, phase times and peak memory."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..atomic import write_json
+from .datasets import load_dataset
+from .layout import solve_benchmark_path, split_solve_path
+
+__all__ = ["read_benchmark", "evaluate"]
+
+
+def read_benchmark(path: str | Path) -> dict | None:
+    """``{"seconds", "max_rss_mb"}`` of a Snakemake benchmark file (None when absent)."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    lines = [ln.split("\t") for ln in p.read_text().splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    rows = [dict(zip(lines[0], r)) for r in lines[1:]]
+
+    def num(x):
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return float("nan")
+
+    return {"seconds": max(num(r.get("s")) for r in rows), "max_rss_mb": max(num(r.get("max_rss")) for r in rows)}
+
+
+def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None = None, answers_path=None, source: dict | None = None, experiment: dict | None = None) -> dict:
+    """Metrics of one experiment: predicted RMSE (from the plan) and, with ``answers_path``, the
+    empirical RMSE of the released answers against the true answers computed from the records
+    (an evaluation, not a release: it reads the records, and its output is not private), the mean
+    squared standardised error (about 1 when the variances are right), phase times and peak
+    memory (Snakemake benchmark files; the solve phase sums every solve file the experiment uses,
+    shared ones included)."""
+    import numpy as np
+
+    from ..data import marginal
+    from ..io import open_h5
+    from ..plan import load_plan
+    from ..reconstruct import view_answers_from_table, view_variances
+
+    plan = load_plan(plan_path)
+    s = plan.summary()
+    m = dict(experiment or {})
+    m.update({
+        "predicted_rmse": plan.rmse, "queries": s["queries"], "workload_views": s["views"], "residual_views": s["residual_views"],
+        "measured_views": s["measured_views"], "distinct_solves": s["distinct_solves"], "privacy": plan.budget.to_dict(),
+        "certified": plan.certified, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s["notes"],
+    })
+    if answers_path:
+        records = load_dataset(source, plan.schema)
+        sq = wsum = zsum = 0.0
+        zn = 0
+        with open_h5(answers_path, "answers") as f:
+            offs = f["views/table_offsets"][()]
+            tables = f["views/tables"]
+            for i, v in enumerate(plan.workload.views):  # one view at a time: bounded memory
+                released = tables[int(offs[i]):int(offs[i + 1])]
+                truth = marginal(records, v.attrs, plan.schema.sizes)
+                err = view_answers_from_table(plan, v, released) - view_answers_from_table(plan, v, truth)
+                var = view_variances(plan, v)
+                sq += v.weight * float(np.sum(err * err))
+                wsum += v.weight * err.shape[0]
+                ok = var > 0
+                zsum += float(np.sum(err[ok] ** 2 / var[ok]))
+                zn += int(ok.sum())
+        m.update({"empirical_rmse": math.sqrt(sq / wsum) if wsum else 0.0, "mean_squared_z": zsum / zn if zn else None, "records": len(records), "data": source})
+    phases: dict[str, dict] = {}
+    for stage, path in (benchmarks or {}).items():
+        b = read_benchmark(path)
+        if b:
+            phases[stage] = b
+    if manifest_path:
+        man = json.loads(Path(manifest_path).read_text())
+        found = [read_benchmark(solve_benchmark_path(*split_solve_path(p))) for p in man["solve_files"]]
+        found = [b for b in found if b]
+        if found:
+            phases["solve"] = {"seconds": sum(b["seconds"] for b in found), "max_rss_mb": max(b["max_rss_mb"] for b in found), "jobs": len(found)}
+        m["solve_files"] = len(man["solve_files"])
+    m["phases"] = phases
+    m["total_seconds"] = sum(p["seconds"] for p in phases.values())
+    m["peak_memory_mb"] = max((p["max_rss_mb"] for p in phases.values()), default=None)
+    write_json(out_path, m)
+    return m

@@ -1,0 +1,248 @@
+"""Release specs: what a data custodian writes to publish named tables from confidential records.
+
+A release spec is one YAML file::
+
+    data: adult.csv                 # CSV or Parquet, one column per attribute (paths: relative to the spec)
+    domain: adult-domain.json       # the schema ({name: size} or {name: {size, kind, categories|bins}})
+    tables:                         # named attribute subsets, each with its query family and weight
+      - marginal: [age, sex]
+      - prefix: [capital-gain, age]
+        weight: 2
+    budget: {rho: 0.5}              # one of beta | rho | mu | epsilon (+ delta); delta alone sets the report delta
+    neighbours: add-remove          # or replace
+    method: qs                      # qs (default) | wff | rp | rpplus
+    on_invalid: error               # or drop
+    postprocess: false              # also write non-negative integer tables (labelled, biased)
+
+:func:`run_release` plans, re-checks the privacy cost, measures with OpenDP's sampler (OS entropy,
+no seed), reconstructs and writes the publishable tables into a new folder, atomically (a
+temporary folder renamed into place): per-cell tables with standard errors where estimable, every
+workload answer with its standard error, and ``release.json`` (budget in its four forms, relation,
+sampler, method, workload, predicted RMSE). Nothing else derived from the records is written: no
+record count, no true answer, no empirical error.
+
+>>> spec = parse_release_spec({"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["a"]}], "budget": {"rho": 0.5}})
+>>> spec.method, spec.neighbours, spec.budget.beta
+('qs', 'add-remove', 1.0)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .accounting import NEIGHBOURS, Budget
+from .errors import InputError
+from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
+from .schema import Schema
+from .workload import Workload, parse_workload
+
+__all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release", "RELEASE_METHODS"]
+
+RELEASE_METHODS: tuple[str, ...] = ("qs", "wff", "rp", "rpplus")
+TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
+_KEYS = ("data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess")
+_BUDGET_KEYS = ("beta", "rho", "mu", "epsilon", "delta")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One requested table: a query family on named attributes, with a weight."""
+
+    family: str
+    attributes: tuple[str, ...]
+    weight: float = 1.0
+
+    def term(self) -> str:
+        """The table in the workload grammar's named-attribute form, e.g. ``prefix:(income,age)@2``."""
+        w = "" if self.weight == 1.0 else f"@{self.weight:g}"
+        return f"{self.family}:({','.join(self.attributes)}){w}"
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    data: str
+    domain: str
+    tables: tuple[TableSpec, ...]
+    budget: Budget
+    method: str = "qs"
+    on_invalid: str = "error"
+    postprocess: bool = False
+
+    @property
+    def neighbours(self) -> str:
+        return self.budget.neighbours
+
+
+def _number(field: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(field, value, "must be a number")
+    return float(value)
+
+
+def _budget(raw) -> Budget:
+    if not isinstance(raw, dict) or not raw:
+        raise InputError("release spec: budget", raw, "must be a mapping with one of beta, rho, mu, epsilon (+ delta)")
+    for k in raw:
+        if k not in _BUDGET_KEYS:
+            raise InputError("release spec: budget", k, f"unknown field (known: {', '.join(_BUDGET_KEYS)})")
+    forms = [k for k in ("beta", "rho", "mu", "epsilon") if k in raw]
+    if len(forms) != 1:
+        raise InputError("release spec: budget", "/".join(forms) or "none", "give exactly one of beta, rho, mu, epsilon")
+    form = forms[0]
+    value = _number(f"release spec: budget.{form}", raw[form])
+    delta = _number("release spec: budget.delta", raw["delta"]) if "delta" in raw else None
+    if form == "epsilon":
+        if delta is None:
+            raise InputError("release spec: budget.epsilon", value, "needs budget.delta")
+        return Budget.from_epsilon_delta(value, delta)
+    report = 1e-6 if delta is None else delta
+    return {"beta": Budget.from_beta, "rho": Budget.from_rho, "mu": Budget.from_mu}[form](value, report)
+
+
+def _table(i: int, raw) -> TableSpec:
+    where = f"release spec: tables[{i}]"
+    if not isinstance(raw, dict):
+        raise InputError(where, raw, "must be a mapping like {marginal: [age, sex]} (optionally with weight)")
+    families = [k for k in raw if k != "weight"]
+    if len(families) != 1:
+        raise InputError(where, sorted(map(str, raw)), "needs exactly one query family key (and optionally weight)")
+    family = str(families[0])
+    if family not in TABLE_FAMILIES:
+        raise InputError(where, family, f"unknown query family (known: {', '.join(TABLE_FAMILIES)})")
+    attrs = raw[family]
+    if isinstance(attrs, str):
+        attrs = [attrs]
+    if not isinstance(attrs, list) or not attrs or not all(isinstance(a, str) for a in attrs):
+        raise InputError(f"{where}.{family}", attrs, "must be a non-empty list of attribute names")
+    if len(set(attrs)) != len(attrs):
+        raise InputError(f"{where}.{family}", attrs, "names an attribute twice")
+    if family in PAIR_FAMILIES and len(attrs) != 2:
+        raise InputError(f"{where}.{family}", attrs, f"{family} is a two-way family: name exactly two attributes")
+    weight = _number(f"{where}.weight", raw.get("weight", 1.0))
+    if not (weight > 0 and weight < float("inf")):
+        raise InputError(f"{where}.weight", weight, "must be a positive number")
+    return TableSpec(family, tuple(attrs), weight)
+
+
+def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
+    """Validate a release spec mapping (paths resolved against ``base``); errors name the field."""
+    if not isinstance(raw, dict):
+        raise InputError("release spec", type(raw).__name__, "must be a mapping with data, domain, tables, budget")
+    for k in raw:
+        if k not in _KEYS:
+            raise InputError("release spec", k, f"unknown field (known: {', '.join(_KEYS)})")
+    for k in ("data", "domain", "tables", "budget"):
+        if k not in raw:
+            raise InputError("release spec", k, "is required")
+    for k in ("data", "domain"):
+        if not isinstance(raw[k], str) or not raw[k]:
+            raise InputError(f"release spec: {k}", raw[k], "must be a file path")
+    if "seed" in raw:  # unreachable (not in _KEYS) but explicit: a release takes no seed
+        raise InputError("release spec", "seed", "a release is never seeded")
+    tables = raw["tables"]
+    if not isinstance(tables, list) or not tables:
+        raise InputError("release spec: tables", tables, "must be a non-empty list")
+    neighbours = raw.get("neighbours", "add-remove")
+    if neighbours not in NEIGHBOURS:
+        raise InputError("release spec: neighbours", neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
+    method = raw.get("method", "qs")
+    if method not in RELEASE_METHODS:
+        raise InputError("release spec: method", method, f"must be one of {', '.join(RELEASE_METHODS)}")
+    on_invalid = raw.get("on_invalid", "error")
+    if on_invalid not in ("error", "drop"):
+        raise InputError("release spec: on_invalid", on_invalid, "must be error or drop")
+    post = raw.get("postprocess", False)
+    if not isinstance(post, bool):
+        raise InputError("release spec: postprocess", post, "must be true or false")
+    base = Path(base)
+    return ReleaseSpec(
+        str(base / raw["data"]), str(base / raw["domain"]), tuple(_table(i, t) for i, t in enumerate(tables)),
+        _budget(raw["budget"]).with_neighbours(neighbours), method, on_invalid, post,
+    )
+
+
+def load_release_spec(path: str | Path) -> ReleaseSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("release spec", str(p), "does not exist")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError("release spec", str(p), f"cannot be parsed: {exc}") from None
+    return parse_release_spec(raw, p.parent)
+
+
+def release_workload(tables, schema: Schema) -> Workload:
+    """The workload of a release: one view per named table, in the workload grammar's
+    named-attribute terms (``marginal:(age,sex)+prefix:(income,age)@2``); an unknown attribute is an
+    InputError naming it, and attributes too large to plan are refused before anything is allocated.
+    """
+    from .schema import check_attribute_sizes
+
+    for t in tables:
+        check_attribute_sizes(schema, [schema.index(a) for a in t.attributes])
+    return parse_workload("+".join(t.term() for t in tables), schema)
+
+
+def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
+    """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
+    from .data import load_records
+    from .measure import check_budget, measure_iter, measured_views
+    from .noise import make_noise
+    from .plan import make_plan
+    from .reconstruct import reconstruct
+    from .schema import parse_schema
+    from .atomic import write_json
+    from .tables import write_tables
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("--out", str(out), "exists and is not an empty folder (a release is never overwritten)")
+    from .io import check_writable
+
+    check_writable(out / "release.json")
+    if not Path(spec.data).is_file():
+        raise InputError("release spec: data", spec.data, "does not exist")
+    schema = parse_schema(spec.domain)
+    workload = release_workload(spec.tables, schema)
+    plan = make_plan(schema, workload, spec.method, spec.budget)
+    cost = check_budget(plan)  # before any record is read
+    noise = make_noise(None, "opendp")
+    records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
+    ys = list(measure_iter(plan, records, noise))
+    del records
+    from .measure import Measurements
+
+    meas = Measurements(measured_views(plan), [y for _, y in ys], False)
+    rec = reconstruct(plan, meas)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        index = write_tables(tmp, rec, postprocessed=spec.postprocess)
+        info = {
+            "workload": plan.workload.spec,
+            "method": plan.method,
+            "budget": plan.budget.to_dict(),
+            "privacy_cost_checked": cost,
+            "sampler": noise.sampler,
+            "seeded": False,
+            "predicted_rmse": plan.rmse,
+            "tables": sum(1 for t in index["tables"] if t["file"]),
+            "tables_omitted": sum(1 for t in index["tables"] if not t["file"]),
+            "private": "every file here is computed from the noisy measurements only",
+        }
+        write_json(tmp / "release.json", info)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info

@@ -1,0 +1,40 @@
+"""The workflow config's ``objective`` key: folder names, validation, and the allocate step's max plan."""
+
+import json
+
+import pytest
+
+from querysmasher.errors import InputError
+from querysmasher.pipeline.config import check_config, expand_grid
+from querysmasher.pipeline.steps import plan_max_to_files, write_workload_file
+from querysmasher.plan import load_plan, make_plan
+from querysmasher.accounting import Budget
+
+
+def _grid(objective=None, methods=("qs",)):
+    g = {"schemas": ["synthetic:n=4,d=3"], "workloads": ["prefix:1+abs:2"], "methods": list(methods)}
+    if objective:
+        g["objective"] = objective
+    return {"grid": [g], "release": False}
+
+
+def test_default_objective_is_sum_and_names_are_unchanged():
+    (e,) = expand_grid(_grid()).values()
+    assert e.objective == "sum" and not e.name.endswith("__max")
+    (m,) = expand_grid(_grid("max")).values()
+    assert m.objective == "max" and m.name == e.name + "__max" and m.as_dict()["objective"] == "max"
+
+
+def test_max_objective_is_refused_for_methods_without_it():
+    with pytest.raises(InputError, match="objective"):
+        check_config(_grid("max", ("rpplus",)))
+    assert len(check_config(_grid("max", ("qs", "wff", "rp")))) == 3
+
+
+def test_allocate_step_writes_the_max_plan(tmp_path):
+    write_workload_file(tmp_path / "w.h5", "synthetic:n=4,d=3", "prefix:1+abs:2")
+    s = plan_max_to_files(tmp_path / "w.h5", tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget="rho=0.5", experiment={"experiment": "x"})
+    plan = load_plan(tmp_path / "plan.h5")
+    assert plan.objective == "max" and json.loads((tmp_path / "plan.json").read_text())["max_variance"] == pytest.approx(s["max_variance"])
+    direct = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qs", Budget.from_rho(0.5), objective="max")
+    assert plan.max_variance[0] == pytest.approx(direct.max_variance[0], rel=1e-9)
