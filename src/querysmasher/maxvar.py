@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .accounting import Budget, mechanism_cost
-from .allocation import Allocation
+from .allocation import BUDGET_MARGIN, Allocation
 from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view_query_matrix
 from .families import query_matrix_1d
 from .linalg import content_hash, kron_dense, project_gram
@@ -430,11 +430,16 @@ def plan_max(
                 best_up, best = m_alloc.upper, (mixed, m_alloc)
     wplan, alloc = best
     # the final plan: the best shapes with the max-optimal allocation, losses on the real workload
-    sigma2 = alloc.sigma2 / budget.beta
+    # spend beta (1 - BUDGET_MARGIN) as the sum allocation does, so measure's re-check never sees
+    # rounding above beta (the polished max-allocation spends beta up to ~1e-15)
+    sigma2 = alloc.sigma2 / (budget.beta * (1 - BUDGET_MARGIN))
     grams = base.grams
     losses = np.array([_view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
     costs = np.array([mechanism_cost(wplan.solutions[k].mechanism, budget.neighbours) for k in wplan.keys])
     finite = np.isfinite(sigma2)
+    spent = float(np.sum(costs[finite] / sigma2[finite]))
+    if spent > budget.beta * (1 - BUDGET_MARGIN):
+        sigma2 = sigma2 * (spent / (budget.beta * (1 - BUDGET_MARGIN)))
     allocation = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
     plan = Plan(
         schema, workload, method, budget, list(wplan.views), list(wplan.keys), np.ones(len(wplan.views)), losses,
