@@ -204,7 +204,7 @@ class Answers:
         import numpy as np
         import pandas as pd
 
-        from .reconstruct import query_variances, view_variances
+        from .variances import query_variances, view_variances
         from .workload import WorkloadView
 
         idx = self._attrs(attrs)
@@ -231,7 +231,7 @@ class Answers:
         """Every query of workload view ``index`` (``plan.workload.views[index]``): estimate, variance."""
         import pandas as pd
 
-        from .reconstruct import view_variances
+        from .variances import view_variances
 
         v = self.plan.workload.views[index]
         return pd.DataFrame({"estimate": self.reconstruction.view_answers(v), "variance": view_variances(self.plan, v)})

@@ -203,7 +203,7 @@ def _marginal_cell_variance(plan, v: WorkloadView) -> float:
 def _representative_variances(plan, c: QueryClass) -> np.ndarray:
     """Var_q of the class's queries on its first view (one marginal cell for a collapsed class:
     all cells of a marginal have the same variance)."""
-    from .reconstruct import view_variances
+    from .variances import view_variances
 
     v = plan.workload.views[c.views[0]]
     if c.collapsed:
@@ -225,7 +225,7 @@ def max_variance_of(plan) -> tuple[float, int, int]:
     and every view is evaluated.
     """
     from .fulldomain import is_full_domain_plan
-    from .reconstruct import view_variances
+    from .variances import view_variances
 
     best = (-np.inf, -1, -1)
     if is_full_domain_plan(plan):

@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from .linalg import kron_apply, psd_power, single_threaded_blas
 from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
+
+if TYPE_CHECKING:
+    from .noise import NoiseSource
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +207,7 @@ def measured_views(plan: Plan) -> np.ndarray:
     return np.flatnonzero(np.isfinite(plan.allocation.sigma2))
 
 
-def measure_iter(plan: Plan, records: Records, rng: "np.random.Generator | NoiseSource", *, draws: int | None = None):
+def measure_iter(plan: Plan, records: Records, rng: np.random.Generator | NoiseSource, *, draws: int | None = None):
     """Yield (view index, y) for every measured view, one view at a time (bounded memory).
 
     ``rng`` is a :class:`querysmasher.noise.NoiseSource` (which sampler: :func:`make_noise`) or a

@@ -68,7 +68,7 @@ def cells_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
 
 def cell_variances(plan, attrs: tuple[int, ...]) -> np.ndarray | None:
     """Variance of every cell estimate of view ``attrs`` (None when too costly to compute)."""
-    from .reconstruct import query_variances, view_variances
+    from .variances import query_variances, view_variances
 
     if not attrs:
         return query_variances(plan, (), np.ones((1, 1)))
@@ -127,7 +127,7 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
 def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed: bool = False, max_answers: int = 1_000_000) -> dict:
     """Write the publishable tables of a reconstruction into ``folder`` (see the module docstring);
     return (and write as ``tables.json``) an index of what was written and what was omitted, why."""
-    from .reconstruct import view_variances
+    from .variances import view_variances
 
     plan = rec.plan
     folder = Path(folder)

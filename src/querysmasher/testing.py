@@ -186,7 +186,8 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
 
     from .data import validate_records
     from .measure import measure
-    from .reconstruct import reconstruct, view_variances
+    from .reconstruct import reconstruct
+    from .variances import view_variances
 
     schema = plan.schema
     rng = np.random.default_rng(seed)

@@ -44,7 +44,8 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
     from ..data import marginal
     from ..io import open_h5
     from ..plan import load_plan
-    from ..reconstruct import view_answers_from_table, view_variances
+    from ..reconstruct import view_answers_from_table
+    from ..variances import view_variances
 
     plan = load_plan(plan_path)
     s = plan.summary()

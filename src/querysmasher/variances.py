@@ -1,0 +1,112 @@
+"""Per-query variances known from the plan alone (no data): sum over measured residual views of
+sigma^2 q_{=>A'} X_A'^+ q_{=>A'}^T, for explicit query rows and for whole workload views.
+
+Reconstruction uses them beside its answers; planning uses them for the largest query variance
+(:mod:`querysmasher.maxvar`) without depending on how answers are reconstructed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .decompose import subquery_matrix, view_query_matrix
+from .families import query_matrix_1d
+from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
+from .linalg import kron_apply
+from .measure import pinv_sqrt_apply
+from .plan import Plan
+from .solvers.base import pinv_psd
+from .workload import WorkloadView
+
+__all__ = ["query_variances", "view_variances"]
+
+
+def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
+    return {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
+
+
+def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+    """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
+    if is_full_domain_plan(plan):
+        return plan_query_variances(plan, attrs, queries)
+    q = np.atleast_2d(np.asarray(queries, dtype=float))
+    sizes = tuple(plan.schema.sizes[a] for a in attrs)
+    measured = _measured(plan)
+    out = np.zeros(q.shape[0])
+    for keep in itertools.product((False, True), repeat=len(attrs)):
+        sub = tuple(a for a, k in zip(attrs, keep) if k)
+        if sub not in measured:
+            continue
+        i = measured[sub]
+        s = subquery_matrix(q, sizes, keep)
+        mech = plan.solutions[plan.keys[i]].mechanism
+        z = mech.pinv_factor().T @ s.T if mech.kind == "lowrank" else pinv_sqrt_apply(mech, s.T)
+        out += plan.allocation.sigma2[i] * np.sum(z * z, axis=0)
+    return out
+
+
+_CHUNK_BYTES = 64 << 20  # per-query variances are accumulated over blocks of at most this size
+
+
+def _kron_rows_pinv_quadratic(mech, kept_q: list[np.ndarray]) -> np.ndarray:
+    """q X^+ q^T for every Kronecker row q = ⊗ kept_q[j][a_j] (a table over the row indices), without
+    forming the rows: factor-wise for kron, by per-attribute FFTs for fourier, and through a factor
+    X^+ = E E^T, applied to the queries by mode products a block of E's columns at a time, for dense
+    and lowrank mechanisms."""
+    shape = [q.shape[0] for q in kept_q]
+    sizes = mech.sizes
+    if mech.kind == "kron":
+        part = np.ones(())
+        for qc, x in zip(kept_q, mech.mats):
+            part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, pinv_psd(x), qc))
+        return part
+    if mech.kind == "fourier":
+        # X = F^H diag(w) F with F F^H = c I, so X^+ = F^H diag(w^+) F / c^2 and q X^+ q^T =
+        # sum_f w^+_f prod_j |F_j q_j|^2(f_j) / c^2: a mode product of w^+ by the |FFT|^2 of each attribute
+        w = mech.mats[0]
+        w_pinv = np.where(w > 0, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+        power = [np.abs(np.fft.fft(qc, axis=1)) ** 2 for qc in kept_q]
+        return kron_apply(power, w_pinv.reshape(-1), sizes).reshape(shape) / mech.cells**2
+    e = mech.pinv_factor()
+    rows = math.prod(shape)
+    out = np.zeros(rows)
+    step = max(1, _CHUNK_BYTES // (8 * max(rows, mech.cells)))
+    for lo in range(0, e.shape[1], step):
+        t = kron_apply(kept_q, e[:, lo:lo + step], sizes)
+        out += np.einsum("ij,ij->i", t, t)
+    return out.reshape(shape)
+
+
+def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
+    """Variances of every query of a workload view. For product families the Kronecker query rows
+    are never formed (see :func:`_kron_rows_pinv_quadratic`); other families use their explicit rows."""
+    sizes_all = plan.schema.sizes
+    if is_full_domain_plan(plan):
+        return plan_view_variances(plan, v)
+    if not v.factors:
+        return query_variances(plan, v.attrs, view_query_matrix(plan.workload, v))
+    qs = [query_matrix_1d(f, sizes_all[a]) for f, a in zip(v.factors, v.attrs)]
+    measured = _measured(plan)
+    out = np.zeros(math.prod(q.shape[0] for q in qs))
+    for keep in itertools.product((False, True), repeat=len(v.attrs)):
+        sub = tuple(a for a, k in zip(v.attrs, keep) if k)
+        if sub not in measured:
+            continue
+        i = measured[sub]
+        mech = plan.solutions[plan.keys[i]].mechanism
+        dropped = np.ones(())
+        for q, k in zip(qs, keep):
+            if not k:
+                dropped = np.multiply.outer(dropped, q.mean(axis=1) ** 2)
+        kept_q = [q - q.mean(axis=1, keepdims=True) for q, k in zip(qs, keep) if k]
+        part = _kron_rows_pinv_quadratic(mech, kept_q)
+        # Put the kept and dropped per-attribute factors back in attribute order.
+        kept_axes = [p for p, k in enumerate(keep) if k]
+        dropped_axes = [p for p, k in enumerate(keep) if not k]
+        full = np.multiply.outer(part, dropped)
+        full = np.moveaxis(full, list(range(len(keep))), kept_axes + dropped_axes)
+        out += plan.allocation.sigma2[i] * full.reshape(-1)
+    return out
