@@ -66,15 +66,17 @@ def test_kit_rejects_broken_solvers(defect, message):
 
 
 def test_monte_carlo_rejects_wrong_variances_and_bias(monkeypatch):
-    from querysmasher import measure, reconstruct
+    # The kit reads predicted variances from querysmasher.variances (their one home), so that is
+    # where a wrong prediction is planted.
+    from querysmasher import measure, variances
 
     plan = plan_with("rp", "prefix:1")
     check_monte_carlo(plan, draws=500)
-    real = reconstruct.view_variances
-    monkeypatch.setattr(reconstruct, "view_variances", lambda p, v: real(p, v) * 0.8)
+    real = variances.view_variances
+    monkeypatch.setattr(variances, "view_variances", lambda p, v: real(p, v) * 0.8)
     with pytest.raises(SolverCheckError, match="variance"):
         check_monte_carlo(plan, draws=500)
-    monkeypatch.setattr(reconstruct, "view_variances", real)
+    monkeypatch.setattr(variances, "view_variances", real)
     real_marginal = measure.marginal
     monkeypatch.setattr(measure, "marginal", lambda *a: real_marginal(*a) + 3.0)
     with pytest.raises(SolverCheckError, match="biased"):
