@@ -127,3 +127,45 @@ def test_plan_records_the_relation_and_hdmm_refuses_replace(capsys, tmp_path):
     bad = tmp_path / "h.h5"
     assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "hdmm", "--neighbours", "replace", "--out", str(bad)]) == 2
     assert "--neighbours" in capsys.readouterr().err and not bad.exists()
+
+
+def test_hdmm_refuses_replace_in_the_library_not_only_on_the_command_line():
+    """HDMM's strategies are normalised for add-remove; under replace the same strategy costs up to
+    4x, so planning through the Python API must refuse too (it reported beta 1 for a true 2.05)."""
+    import querysmasher as qs
+    from querysmasher.errors import InputError
+
+    with pytest.raises(InputError, match="neighbours"):
+        qs.make_plan("synthetic:n=3,d=2", "marginal:1,2", "hdmm", Budget.from_beta(1.0).with_neighbours("replace"))
+
+
+def test_dropping_invalid_rows_never_logs_how_many(capsys, setup, caplog):
+    """The number of dropped rows is derived from the records: the warning says rows were dropped,
+    and neither the command's output nor its log carries the count."""
+    import logging
+
+    tmp_path, data = setup
+    bad = tmp_path / "bad.csv"
+    frame = pd.read_csv(data)
+    frame.loc[[3, 11, 17, 29, 31, 37, 41], "a1"] = 9  # 7 rows outside the domain (size 4)
+    frame.to_csv(bad, index=False)
+    plan = _plan(tmp_path, "rp")
+    with caplog.at_level(logging.INFO, logger="querysmasher"):
+        code, err = _measure(capsys, plan, bad, tmp_path / "m.h5", "--on-invalid", "drop", "--seed", "1")
+    assert code == 0
+    said = "\n".join(err) + "\n".join(r.getMessage() for r in caplog.records)
+    assert "invalid rows were dropped" in said
+    import re
+
+    assert not re.search(r"(?<![\d.e-])7(?![\d.])", said)  # the count, as a number of its own
+
+
+@pytest.mark.parametrize("method", ["rp", "wff", "qs"])
+def test_max_objective_plans_under_replace_are_measurable(method):
+    """Under replace the total view costs 0; the max objective must charge it the same floor as the
+    sum allocation, or it gets sigma^2 = 0 and the re-check refuses the plan it just made."""
+    from querysmasher.measure import check_budget
+
+    plan = make_plan("synthetic:n=4,d=2", "prefix:1+affine:2", method, Budget.from_beta(1.0).with_neighbours("replace"), objective="max")
+    check_budget(plan)
+    assert np.all(np.isfinite(plan.allocation.sigma2)) and np.all(plan.allocation.sigma2 > 0)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "NEIGHBOURS", "mechanism_cost", "plan_privacy_cost", "check_plan_budget"]
+__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "NEIGHBOURS", "mechanism_cost", "view_costs", "plan_privacy_cost", "check_plan_budget"]
 
 DEFAULT_REPORT_DELTA = 1e-6
 NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
@@ -61,7 +61,12 @@ def epsilon_for(beta: float, delta: float) -> float:
     hi = 1.0
     while delta_for(beta, hi) > delta:
         hi *= 2
-    return brentq(lambda e: delta_for(beta, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    e = brentq(lambda e: delta_for(beta, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    # A root slightly below the true one would claim more than holds: report an epsilon whose delta
+    # does not exceed the stated one (delta is decreasing in epsilon).
+    while delta_for(beta, e) > delta:
+        e = e * (1 + 1e-12) + 1e-15
+    return e
 
 
 def beta_for(eps: float, delta: float) -> float:
@@ -160,6 +165,22 @@ def mechanism_cost(mech, neighbours: str) -> float:
     if neighbours == "replace":
         return float(mech.replace_cost())
     raise InputError("neighbours", neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
+
+
+def view_costs(keys, solutions, neighbours: str = "add-remove"):
+    """Each view's privacy cost at sigma^2 = 1 under the neighbouring relation, computed once per key
+    (``solutions[key].mechanism``), as every allocation (sum or max objective) charges it.
+
+    Under ``replace`` a view can cost 0 (the total count is invariant); it is charged a floor of
+    1e-12 times the largest cost so that it is still measured, with finite noise (over-charging is safe).
+    """
+    import numpy as np
+
+    per_key = {k: mechanism_cost(solutions[k].mechanism, neighbours) for k in set(keys)}
+    costs = np.array([per_key[k] for k in keys], dtype=float)
+    if costs.size:
+        costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
+    return costs
 
 
 def plan_privacy_cost(plan, applied=lambda m: m) -> float:

@@ -146,6 +146,7 @@ def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = 
     floating-point-safe sampler with the operating system's entropy; ``seed`` switches to numpy's
     seeded generator for experiments only (the release is then marked as seeded); see
     :func:`querysmasher.noise.make_noise`."""
+    from .data import warn_dropped
     from .measure import check_budget
     from .measure import measure as measure_records
     from .noise import make_noise
@@ -153,8 +154,7 @@ def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = 
     check_budget(plan)
     noise = make_noise(seed, sampler)
     records = _records(plan, data, domain=domain, on_invalid=on_invalid)
-    if records.dropped:
-        log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
+    warn_dropped(records)
     if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
     return _release(measure_records(plan, records, noise, seeded=noise.seeded), plan)

@@ -245,7 +245,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from .data import load_records
+    from .data import load_records, warn_dropped
     from .io import check_writable, read_kind
     from .measure import measure_iter, plan_digest, save_measurements
     from .noise import make_noise
@@ -271,8 +271,7 @@ def _measure(args: argparse.Namespace) -> int:
         if given.names != schema.names or given.sizes != schema.sizes:
             raise InputError("--schema", args.schema, f"does not match the plan's schema {schema.name!r}")
     records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
-    if records.dropped:
-        log.warning("dropped %d invalid rows; the privacy guarantee holds for the cleaned data set", records.dropped)
+    warn_dropped(records)
     seeded = noise.seeded
     if seeded:
         log.warning("fixed noise seed: this release is for experiments only")

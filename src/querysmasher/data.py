@@ -31,7 +31,7 @@ import yaml
 from .errors import InputError
 from .schema import Schema
 
-__all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings"]
+__all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings", "warn_dropped"]
 
 FIRST_ROWS = 5
 
@@ -46,6 +46,20 @@ class Records:
 
     def __len__(self) -> int:
         return self.codes.shape[0]
+
+
+def warn_dropped(records: Records) -> None:
+    """Say that invalid rows were dropped, never how many: the count is derived from the records.
+
+    Logged on the ``querysmasher`` logger, so it lands wherever the release's log goes (a terminal,
+    a rule's ``log:`` file); the exact number stays in ``records.dropped`` for the caller.
+    """
+    if records.dropped:
+        import logging
+
+        logging.getLogger("querysmasher").warning(
+            "invalid rows were dropped (how many is not logged: it is derived from the records); "
+            "the privacy guarantee holds for the cleaned data set")
 
 
 def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, dict]:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .accounting import Budget, mechanism_cost
+from .accounting import Budget, view_costs
 from .allocation import BUDGET_MARGIN, Allocation
 from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view_query_matrix
 from .families import query_matrix_1d
@@ -370,7 +370,7 @@ def plan_max(
         low = phi if exact_family else (wplan.lower_bound if wplan.certified else 0.0)
         variances = np.concatenate(_class_variances(wplan, classes))
         orbits = np.array(view_orbits(workload, wplan.views))
-        costs = np.array([mechanism_cost(wplan.solutions[k].mechanism, budget.neighbours) for k in wplan.keys])
+        costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
         alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
         if method == "rp":  # shapes do not depend on nu: the allocation dual certifies the family optimum
             low = max(low, alloc.lower)
@@ -379,7 +379,7 @@ def plan_max(
     def reallocate(wplan):
         """The max-optimal allocation of a plan's per-view shapes (one noise scale per view orbit)."""
         orbits = np.array(view_orbits(workload, wplan.views))
-        costs = np.array([mechanism_cost(wplan.solutions[k].mechanism, budget.neighbours) for k in wplan.keys])
+        costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
         alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
         return dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
 
@@ -435,7 +435,7 @@ def plan_max(
     sigma2 = alloc.sigma2 / (budget.beta * (1 - BUDGET_MARGIN))
     grams = base.grams
     losses = np.array([_view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
-    costs = np.array([mechanism_cost(wplan.solutions[k].mechanism, budget.neighbours) for k in wplan.keys])
+    costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
     finite = np.isfinite(sigma2)
     spent = float(np.sum(costs[finite] / sigma2[finite]))
     if spent > budget.beta * (1 - BUDGET_MARGIN):
@@ -508,7 +508,7 @@ def _mixed_plan(workload: Workload, parts: list, method: str, budget: Budget, ma
         keys.append(sig)
         prec[i] = p_i
     sigma2 = np.where(prec > 0, 1.0 / np.where(prec > 0, prec, 1.0), np.inf)
-    costs = np.array([mechanism_cost(sols[k].mechanism, budget.neighbours) for k in keys])
+    costs = view_costs(keys, sols, budget.neighbours)
     alloc = Allocation(sigma2, 0.0, budget.beta, costs)
     return Plan(workload.schema, workload, method, budget, views, keys, np.ones(len(views)), np.zeros(len(views)), np.zeros(len(views)),
                 alloc, sols, first.workload_views)

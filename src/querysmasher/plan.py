@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .accounting import Budget, mechanism_cost
+from .accounting import Budget, view_costs
 from .allocation import Allocation, PredictedError, allocate, rmse
 from .decompose import Decomposition, SubworkloadGram, decompose
 from .errors import InputError
@@ -128,19 +128,6 @@ class Plan(PredictedError):
                 f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
 
 
-def _view_costs(keys: list[str], solutions: dict[str, ViewSolution], neighbours: str = "add-remove") -> np.ndarray:
-    """Each view's privacy cost at sigma^2 = 1 under the neighbouring relation, computed once per key.
-
-    Under ``replace`` a view can cost 0 (the total count is invariant); it is charged a floor of
-    1e-12 times the largest cost so that it is still measured, with finite noise (over-charging is safe).
-    """
-    per_key = {k: mechanism_cost(solutions[k].mechanism, neighbours) for k in set(keys)}
-    costs = np.array([per_key[k] for k in keys], dtype=float)
-    if costs.size:
-        costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
-    return costs
-
-
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
     """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
     out = {}
@@ -166,7 +153,7 @@ def assemble_plan(
     losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
     lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
     # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
-    costs = _view_costs(keys, solutions, budget.neighbours)
+    costs = view_costs(keys, solutions, budget.neighbours)
     alloc = allocate(losses, budget.beta, costs)
     notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
     phases = dict(phase_seconds or {})
@@ -303,7 +290,7 @@ def load_plan(path) -> Plan:
         losses = v["loss"][()]
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
         finite = np.isfinite(sigma2)
-        costs = _view_costs(keys, solutions, budget.neighbours)
+        costs = view_costs(keys, solutions, budget.neighbours)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
         certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
         return Plan(

@@ -153,6 +153,10 @@ def plan_hdmm(
     selects Laplace noise and the L1 optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
+    # The strategies are normalised to unit cost under add-remove; under replace one record moves
+    # between two cells and the same strategy can cost up to 4x. Refuse rather than under-report.
+    if isinstance(budget, Budget) and budget.neighbours != "add-remove":
+        raise InputError("neighbours", budget.neighbours, "hdmm plans are accounted for add-remove neighbours only")
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):

@@ -237,14 +237,14 @@ def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, 
 def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
     """The release: run the plan's mechanisms on the records with a fixed noise seed (experiments
     are explicitly seeded runs; the measurements file is marked ``seeded``)."""
+    from ..data import warn_dropped
     from ..measure import check_budget, make_rng, measure_iter, plan_digest, save_measurements
     from ..plan import load_plan
 
     plan = load_plan(plan_path)
     check_budget(plan)  # before any record is read
     records = load_dataset(source, plan.schema)
-    if records.dropped:  # no counts in logs: they are derived from the records
-        print("dropped invalid rows; the privacy guarantee holds for the cleaned data set")
+    warn_dropped(records)
     rng, seeded = make_rng(int(seed))  # evaluate mode: seeded numpy noise, marked as such
     print(f"warning: fixed noise seed {seed}: this release is for experiments only", file=sys.stderr)
     save_measurements(out_path, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(plan_path))
