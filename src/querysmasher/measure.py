@@ -50,8 +50,9 @@ class _Roots:
     def __init__(self, mech: ViewMechanism):
         self.mech = mech
         if mech.kind in ("kron", "dense"):
-            self.sqrt = [psd_power(m, 0.5) for m in mech.mats]
-            self.pinv_sqrt = [psd_power(m, -0.5) for m in mech.mats]
+            eig = mech.eigh()  # one eigendecomposition per matrix for both roots (and the variances)
+            self.sqrt = [psd_power(m, 0.5, eig=e) for m, e in zip(mech.mats, eig)]
+            self.pinv_sqrt = [psd_power(m, -0.5, eig=e) for m, e in zip(mech.mats, eig)]
         elif mech.kind == "lowrank":
             v, s = mech.mats
             nz = s > 0
@@ -280,7 +281,8 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Pl
             raise InputError("measurements file", str(path), f"lacks {exc.args[0] if exc.args else 'a field'}") from None
     if plan is not None:
         idx = measured_views(plan)
-        want = np.concatenate([[0], np.cumsum([math.prod(plan.schema.sizes[a] for a in plan.views[i]) for i in idx])])
+        # One vector per measured view, of the length its mechanism outputs (cells, or r for lowrank).
+        want = np.concatenate([[0], np.cumsum([plan.solutions[plan.keys[i]].mechanism.outputs for i in idx])]).astype(np.int64)
         if index.shape != idx.shape or not np.array_equal(index, idx) or offs.shape != want.shape or not np.array_equal(offs, want) or length != want[-1]:
             raise InputError("measurements file", str(path), "does not hold one vector per measured view of the plan (view_index/offsets/y disagree)")
         if not finite:
