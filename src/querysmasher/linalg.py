@@ -27,6 +27,7 @@ __all__ = [
     "MatrixStore",
     "content_hash",
     "PSD_RTOL",
+    "psd_eigh",
     "psd_power",
     "pinv_psd",
 ]
@@ -34,19 +35,33 @@ __all__ = [
 PSD_RTOL = 1e-10  # eigenvalues at or below PSD_RTOL x the largest are treated as 0 (the null space)
 
 
-def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL) -> np.ndarray:
+def psd_eigh(x: np.ndarray, rtol: float = PSD_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenpairs (w, V) of range(X) for a symmetric PSD matrix (symmetrised first): eigenvalues
+    at or below ``rtol`` x the largest are dropped, so X = V diag(w) V^T with every w > 0. Every
+    power, pseudo-inverse and factor of X in this project is computed from these (one policy).
+
+    >>> w, v = psd_eigh(np.diag([4.0, 1e-14, 0.0]))
+    >>> w.tolist(), v.shape
+    ([4.0], (3, 1))
+    """
+    w, v = np.linalg.eigh((x + x.T) / 2)
+    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
+    return w[keep], v[:, keep]
+
+
+def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL, *, eig: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """X^power on range(X), 0 on its null space, for a symmetric PSD matrix (symmetrised first):
     power -1 is the pseudo-inverse, 1/2 the square root, -1/2 the pseudo-inverse square root.
+    ``eig``: X's :func:`psd_eigh`, when the caller already has it (one eigendecomposition for several powers).
 
     >>> x = np.diag([4.0, 1e-14, 0.0])
     >>> psd_power(x, -0.5).diagonal().tolist(), pinv_psd(x).diagonal().tolist()
     ([0.5, 0.0, 0.0], [0.25, 0.0, 0.0])
     """
-    w, v = np.linalg.eigh((x + x.T) / 2)
-    keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
+    w, v = psd_eigh(x, rtol) if eig is None else eig
     if power == -1:
-        return (v[:, keep] / w[keep]) @ v[:, keep].T
-    return (v[:, keep] * w[keep] ** power) @ v[:, keep].T
+        return (v / w) @ v.T
+    return (v * w ** power) @ v.T
 
 
 def pinv_psd(x: np.ndarray, rtol: float = PSD_RTOL) -> np.ndarray:

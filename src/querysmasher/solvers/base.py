@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, Protocol
 
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, kron_dense, pinv_psd  # pinv_psd: re-exported, solvers import it from here
+from ..linalg import MatrixStore, kron_dense, pinv_psd, psd_eigh  # pinv_psd: re-exported, solvers import it from here
 
 __all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
+
+
+@lru_cache(maxsize=64)
+def _mechanism_eigh(mech: "ViewMechanism") -> list[tuple[np.ndarray, np.ndarray]]:
+    """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
+    return [psd_eigh(m) for m in mech.mats]
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,10 +87,17 @@ class ViewMechanism:
             nz = s > 0
             return v[:, nz] / np.sqrt(s[nz])
         if self.kind == "dense":
-            w, v = np.linalg.eigh((self.mats[0] + self.mats[0].T) / 2)
-            keep = w > 1e-10 * max(float(w.max(initial=0.0)), 1e-300)
-            return v[:, keep] / np.sqrt(w[keep])
+            w, v = self.eigh()[0]
+            return v / np.sqrt(w)
         raise ValueError(f"pinv_factor is for dense and lowrank mechanisms, not {self.kind}")
+
+    def eigh(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:func:`~querysmasher.linalg.psd_eigh` of each stored matrix (kron factors, or the dense X),
+        computed once per mechanism: its square roots (measure), pseudo-inverse factor (variances)
+        and every other power come from these."""
+        if self.kind not in ("kron", "dense"):
+            raise ValueError(f"eigh is for kron and dense mechanisms, not {self.kind}")
+        return _mechanism_eigh(self)
 
     def max_diag(self) -> float:
         """Privacy cost of the mechanism: the largest diagonal entry of X."""
