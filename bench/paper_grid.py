@@ -1,0 +1,81 @@
+"""Benchmark: the paper's whole evaluation grid (config/paper/table{2..7}.yaml) through Snakemake.
+
+Runs each table's config in turn from the repository root, cold (``--cold`` removes ``results/``
+first), then again with nothing changed, and records per table the wall time of both runs, the
+number of jobs run, and the largest peak RSS of any job (from the rules' ``benchmark:`` files).
+Prints one JSON line per run and writes ``bench/out/paper_grid.json``. Usage:
+
+    python bench/paper_grid.py [--cold] [--tables 2,3,4,5,6,7] [--cores all]
+
+The tables and figures land in ``results/paper/`` as for a user's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def peak_rss_mb(since: float) -> float:
+    """The largest max_rss of any benchmark file written after ``since`` (Snakemake's per-job record)."""
+    best = 0.0
+    for tsv in (ROOT / "results" / "benchmarks").rglob("*.tsv"):
+        if tsv.stat().st_mtime < since:
+            continue
+        with tsv.open() as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                try:
+                    best = max(best, float(row.get("max_rss", "nan")))
+                except ValueError:
+                    pass
+    return best
+
+
+def run(table: int, cores: str) -> dict:
+    cfg = f"config/paper/table{table}.yaml"
+    t0, wall0 = time.time(), time.perf_counter()
+    proc = subprocess.run(["snakemake", "--cores", cores, "--configfile", cfg], cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - wall0
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        print(log[-4000:])
+        raise SystemExit(f"table {table}: snakemake exit {proc.returncode}")
+    m = re.search(r"(\d+) of (\d+) steps \(100%\) done", log)
+    return {"table": table, "wall_seconds": round(wall, 1), "jobs": int(m.group(2)) if m else 0,
+            "peak_job_rss_mb": round(peak_rss_mb(t0), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cold", action="store_true", help="remove results/ first (cold caches)")
+    ap.add_argument("--tables", default="2,3,4,5,6,7")
+    ap.add_argument("--cores", default="all")
+    ap.add_argument("--out", default="bench/out/paper_grid.json")
+    args = ap.parse_args()
+    if args.cold:
+        shutil.rmtree(ROOT / "results", ignore_errors=True)
+    tables = [int(t) for t in args.tables.split(",")]
+    out = {"cold": [], "rerun": []}
+    for kind in ("cold", "rerun"):
+        for t in tables:
+            r = run(t, args.cores)
+            r["run"] = kind
+            print(json.dumps(r), flush=True)
+            out[kind].append(r)
+        total = sum(r["wall_seconds"] for r in out[kind])
+        print(json.dumps({"run": kind, "total_wall_seconds": round(total, 1)}), flush=True)
+    path = ROOT / args.out
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
