@@ -190,7 +190,7 @@ def make_plan(
     if objective == "max":
         if method not in ("qs", "wff", "rp"):
             raise InputError("objective", objective, f"is implemented for qs, wff and rp, not {method}")
-        from .maxvar import plan_max
+        from .maxplan import plan_max
 
         return plan_max(schema, workload, method, budget, solver_options=solver_options)
     if method == "mm":  # the whole domain at once: no residual decomposition

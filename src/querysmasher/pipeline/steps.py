@@ -217,7 +217,7 @@ def assemble_plan_from_files(
 
 
 def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None, experiment: dict | None = None) -> dict:
-    """Objective "max": the whole max-variance planning (:func:`querysmasher.maxvar.plan_max`, which
+    """Objective "max": the whole max-variance planning (:func:`querysmasher.maxplan.plan_max`, which
     re-solves the views under its own query weights; the sum-objective solves are not used); writes
     ``plan.h5`` and ``plan.json`` like :func:`assemble_plan_from_files`."""
     from ..plan import make_plan, save_plan
