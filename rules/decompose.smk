@@ -26,7 +26,7 @@ checkpoint decompose:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/decompose.tsv"
     resources:
-        mem_mb=2000,
+        mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
         runtime=30,
     script:
         "../scripts/decompose.py"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost",
-    "runtime_minutes", "batch_id", "plan_batches",
+    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb",
 ]
 
 # Cost model of one subproblem solve (seconds and bytes), calibrated on a 2-core machine (numpy,
@@ -137,6 +137,39 @@ def estimate_cost(sizes, n_terms: int, single_kron: bool, method: str, options: 
         else:  # Fourier weights of the dense Gram (wff, and qs's closed-form fallback)
             seconds = 0.1 + c * c * math.log2(max(c, 2)) * 2e-8
     return {"seconds": round(seconds, 3), "mem_mb": int(BASE_MEM_MB + math.ceil(dense_mb)), "runtime": runtime_minutes(seconds)}
+
+
+def estimate_decompose_mem_mb(workload) -> int:
+    """Peak memory (MB) of decomposing ``workload``: every distinct non-product view keeps its
+    subquery factor or, when it has at least as many queries as cells (random, wide custom), its
+    c x c Gram until the subproblem files are written, and builds one query matrix at a time.
+    Product views cost only 1-D factors. Random views are distinct per attribute set, so
+    ``random:1,2`` at n = 50 over 40 attributes holds 780 Grams of 2,500^2 (about 39 GB).
+
+    >>> from querysmasher.workload import parse_workload
+    >>> from querysmasher.schema import parse_schema
+    >>> s = parse_schema("synthetic:n=50,d=3")
+    >>> estimate_decompose_mem_mb(parse_workload("prefix:1,2", s)) == BASE_MEM_MB
+    True
+    >>> estimate_decompose_mem_mb(parse_workload("random:2", s)) > 3 * 2500 ** 2 * 8 / 2**20
+    True
+    """
+    sizes_all = workload.schema.sizes
+    seen: set = set()
+    held = largest = 0
+    for v in workload.views:
+        if v.factors:
+            continue
+        sizes = tuple(sizes_all[i] for i in v.attrs)
+        # the same sharing as decompose: one Gram per family, sizes and term, random per view
+        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        if key in seen:
+            continue
+        seen.add(key)
+        c, rows = math.prod(sizes), workload.view_count(v)
+        held += min(rows, c) * c * 8
+        largest = max(largest, 3 * rows * c * 8)  # the query matrix and its projected copies
+    return int(BASE_MEM_MB + math.ceil((held + largest) / 2**20))
 
 
 def runtime_minutes(seconds: float) -> int:
