@@ -101,22 +101,13 @@ def lib(stage, method=None):
     return _FINGERPRINTS[(stage, method)]
 
 
-def decompose_mem_mb(wildcards, input):
-    """mem_mb of a decompose job, from its workload (querysmasher.pipeline.cache.estimate_decompose_mem_mb):
+def decompose_mem_mb(wildcards):
+    """mem_mb of a decompose job, from its workload (querysmasher.pipeline.cache.decompose_mem_mb):
     random views keep a dense Gram each, so a fixed figure would let the scheduler start jobs
     that together exceed the machine (or a SLURM node's limit)."""
-    from querysmasher.pipeline.cache import BASE_MEM_MB, estimate_decompose_mem_mb
-    from querysmasher.pipeline.steps import read_workload_file
-    from querysmasher.schema import parse_schema
-    from querysmasher.workload import parse_workload
+    from querysmasher.pipeline.cache import decompose_mem_mb as estimate
 
-    e = experiment_of(wildcards)
-    if e.method in hdmm_steps.WHOLE_WORKLOAD_METHODS:
-        return BASE_MEM_MB  # an empty decomposition
-    if os.path.isfile(input[0]):
-        return estimate_decompose_mem_mb(read_workload_file(input[0]))
-    # a dry run, before the workload rule has run: the same workload, parsed from the config
-    return estimate_decompose_mem_mb(parse_workload(e.workload, parse_schema(e.schema_spec, all_numeric=e.all_numeric)))
+    return estimate(experiment_of(wildcards))
 
 
 def exp_path(name, wildcards):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost",
-    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb",
+    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "decompose_mem_mb",
 ]
 
 # Cost model of one subproblem solve (seconds and bytes), calibrated on a 2-core machine (numpy,
@@ -170,6 +170,20 @@ def estimate_decompose_mem_mb(workload) -> int:
         held += min(rows, c) * c * 8
         largest = max(largest, 3 * rows * c * 8)  # the query matrix and its projected copies
     return int(BASE_MEM_MB + math.ceil((held + largest) / 2**20))
+
+
+def decompose_mem_mb(experiment) -> int:
+    """``mem_mb`` of one experiment's decompose job (a :class:`~.config.Experiment`): its workload
+    parsed from the config, as the workload rule parses it (so a dry run gets the same figure),
+    through :func:`estimate_decompose_mem_mb`; HDMM's decomposition is empty."""
+    from ..schema import parse_schema
+    from ..workload import parse_workload
+    from .hdmm_steps import WHOLE_WORKLOAD_METHODS
+
+    if experiment.method in WHOLE_WORKLOAD_METHODS:
+        return BASE_MEM_MB
+    schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
+    return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema))
 
 
 def runtime_minutes(seconds: float) -> int:
