@@ -210,3 +210,27 @@ def test_cli_end_to_end_and_bad_data(tmp_path, small):
     assert not (tmp_path / "m2.h5").exists()
     r = _cli("reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "nope.h5"), "--out", str(tmp_path / "a2.h5"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("method", ["rp", "wff", "qs", "qs-lowrank"])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_view_variance_memo_equals_per_view_variances(method, perturb):
+    """The memo shares a computation between views with equal queries, mechanisms and noise; with
+    noise scales made unequal between symmetric views it must tell them apart."""
+    import dataclasses
+
+    from querysmasher.variances import ViewVarianceMemo
+
+    name, options = OPTIONS.get(method, (method, {}))
+    plan = make_plan(parse_schema("synthetic:n=5,d=4"), "prefix:1+affine:2+marginal:3", name, Budget.from_beta(1.0), solver_options=options)
+    if perturb:
+        s2 = plan.allocation.sigma2 * np.linspace(1.0, 2.0, len(plan.views))
+        plan = dataclasses.replace(plan, allocation=dataclasses.replace(plan.allocation, sigma2=s2))
+    memo = ViewVarianceMemo(plan)
+    for v in plan.workload.views:
+        assert np.array_equal(memo(v), view_variances(plan, v))
+    assert memo.hits + memo.misses == len(plan.workload.views)
+    if perturb:
+        assert memo.hits == 0  # every residual view has its own noise scale now
+    else:
+        assert memo.hits > 0

@@ -28,7 +28,7 @@ from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
 from .measure import Measurements, pinv_sqrt_apply
 from .plan import Plan
-from .variances import query_variances, view_variances
+from .variances import ViewVarianceMemo, query_variances, view_variances
 from .workload import WorkloadView
 
 log = logging.getLogger(__name__)
@@ -163,9 +163,10 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             put(g, "answer_offsets", a_offs)
             ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
+            variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
             for k, v in progress(enumerate(views), desc="answers", total=len(views)):
                 ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
-                var[a_offs[k]:a_offs[k + 1]] = view_variances(plan, v)
+                var[a_offs[k]:a_offs[k + 1]] = variances(v)
     log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 

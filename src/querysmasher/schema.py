@@ -18,6 +18,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -67,15 +68,15 @@ class Schema:
                 raise InputError("schema", self.name, f"attribute {a.name!r} appears twice")
             seen.add(a.name)
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.attributes)
 
-    @property
+    @cached_property  # read in every inner loop (thousands of views); the dataclass is frozen
     def sizes(self) -> tuple[int, ...]:
         return tuple(a.size for a in self.attributes)
 
-    @property
+    @cached_property
     def kinds(self) -> tuple[str, ...]:
         return tuple(a.kind for a in self.attributes)
 

@@ -127,9 +127,10 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
 def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed: bool = False, max_answers: int = 1_000_000) -> dict:
     """Write the publishable tables of a reconstruction into ``folder`` (see the module docstring);
     return (and write as ``tables.json``) an index of what was written and what was omitted, why."""
-    from .variances import view_variances
+    from .variances import ViewVarianceMemo
 
     plan = rec.plan
+    variances = ViewVarianceMemo(plan)
     folder = Path(folder)
     index: dict = {"tables": [], "answers": [], "postprocessed": []}
     views = list(dict.fromkeys(v.attrs for v in plan.workload.views))
@@ -163,7 +164,7 @@ def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed
                 index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
                 continue
             path = folder / "answers" / f"{name}.csv"
-            _write_csv(_answers_frame(plan, v, rec.view_answers(v), view_variances(plan, v)), path)
+            _write_csv(_answers_frame(plan, v, rec.view_answers(v), variances(v)), path)
             index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
     if postprocessed:
         index["postprocessed_note"] = ("non-negative integer counts, each table rescaled to the estimated total; biased, "
