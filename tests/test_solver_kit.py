@@ -68,7 +68,7 @@ def test_kit_rejects_broken_solvers(defect, message):
 def test_monte_carlo_rejects_wrong_variances_and_bias(monkeypatch):
     # The kit reads predicted variances from querysmasher.variances (their one home), so that is
     # where a wrong prediction is planted.
-    from querysmasher import measure, variances
+    from querysmasher import data, variances
 
     plan = plan_with("rp", "prefix:1")
     check_monte_carlo(plan, draws=500)
@@ -77,7 +77,7 @@ def test_monte_carlo_rejects_wrong_variances_and_bias(monkeypatch):
     with pytest.raises(SolverCheckError, match="variance"):
         check_monte_carlo(plan, draws=500)
     monkeypatch.setattr(variances, "view_variances", real)
-    real_marginal = measure.marginal
-    monkeypatch.setattr(measure, "marginal", lambda *a: real_marginal(*a) + 3.0)
+    real_marginal = data.marginal  # what measure_iter applies to the records
+    monkeypatch.setattr(data, "marginal", lambda *a: real_marginal(*a) + 3.0)
     with pytest.raises(SolverCheckError, match="biased"):
         check_monte_carlo(plan, draws=500)

@@ -52,35 +52,45 @@ def delta_for(beta: float, eps: float) -> float:
     return math.exp(a) * -math.expm1(b - a)
 
 
-def epsilon_for(beta: float, delta: float) -> float:
-    """The smallest epsilon >= 0 with delta(beta, epsilon) <= delta."""
-    from scipy.optimize import brentq
+def _bisect(holds, ok: float, bad: float, rtol: float = 1e-14) -> float:
+    """The end ``ok`` of an interval narrowed by bisection to a relative width of ``rtol``, where
+    ``holds`` is monotone, True at ``ok`` and False at ``bad``: a value at which it provably holds.
+    (Hand-written because scipy.optimize's import costs about half a second in every pipeline job
+    that reports a budget, and an answer on the safe side is wanted, not a bracketed root.)"""
+    for _ in range(2000):
+        mid = (ok + bad) / 2
+        if abs(bad - ok) <= rtol * max(abs(ok), abs(bad)) or mid in (ok, bad):
+            break
+        if holds(mid):
+            ok = mid
+        else:
+            bad = mid
+    return ok
 
+
+def epsilon_for(beta: float, delta: float) -> float:
+    """The smallest epsilon >= 0 with delta(beta, epsilon) <= delta, to a relative 1e-14, from above
+    (the epsilon reported always has delta(beta, epsilon) <= delta: delta decreases in epsilon).
+
+    >>> e = epsilon_for(1.0, 1e-6)
+    >>> round(e, 5), delta_for(1.0, e) <= 1e-6
+    (4.88655, True)
+    """
     if delta_for(beta, 0.0) <= delta:
         return 0.0
     hi = 1.0
     while delta_for(beta, hi) > delta:
         hi *= 2
-    e = brentq(lambda e: delta_for(beta, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
-    # A root slightly below the true one would claim more than holds: report an epsilon whose delta
-    # does not exceed the stated one (delta is decreasing in epsilon).
-    while delta_for(beta, e) > delta:
-        e = e * (1 + 1e-12) + 1e-15
-    return e
+    return _bisect(lambda e: delta_for(beta, e) <= delta, hi, hi / 2 if hi > 1 else 0.0)
 
 
 def beta_for(eps: float, delta: float) -> float:
-    """The largest beta with delta(beta, eps) <= delta (delta is increasing in beta)."""
-    from scipy.optimize import brentq
-
+    """The largest beta with delta(beta, eps) <= delta, to a relative 1e-14, from below (delta
+    increases in beta)."""
     lo, hi = 1e-12, 1.0
     while delta_for(hi, eps) <= delta:
         lo, hi = hi, hi * 2
-    # A root slightly below the true one is safe: report a beta whose delta does not exceed the target.
-    b = brentq(lambda x: delta_for(x, eps) - delta, lo, hi, xtol=1e-14, rtol=1e-13)
-    while delta_for(b, eps) > delta:
-        b *= 1 - 1e-12
-    return b
+    return _bisect(lambda b: delta_for(b, eps) <= delta, lo, hi)
 
 
 @dataclass(frozen=True)

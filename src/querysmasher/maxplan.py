@@ -26,8 +26,8 @@ from .accounting import Budget, view_costs
 from .allocation import BUDGET_MARGIN, Allocation
 from .decompose import decompose
 from .linalg import content_hash
-from .maxvar import (_NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, INNER_TARGET_GAP, QueryClass, _class_variances,
-                     _contributions, _view_loss, clear_pinv_cache, query_classes, view_orbits, weighted_decomposition)
+from .maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, INNER_TARGET_GAP, QueryClass, class_variances,
+                     class_contributions, view_loss, clear_pinv_cache, query_classes, view_orbits, weighted_decomposition)
 from .workload import Workload
 
 __all__ = ["allocate_max", "plan_max"]
@@ -142,10 +142,10 @@ def plan_max(
         wplan = assemble_plan(d, solve_distinct(d.distinct(), d.store, solver), method, beta1)
         phi = wplan.total_variance
         low = phi if exact_family else (wplan.lower_bound if wplan.certified else 0.0)
-        variances = np.concatenate(_class_variances(wplan, classes))
+        variances = np.concatenate(class_variances(wplan, classes))
         orbits = np.array(view_orbits(workload, wplan.views))
         costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
-        alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
+        alloc = allocate_max(class_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
         if method == "rp":  # shapes do not depend on nu: the allocation dual certifies the family optimum
             low = max(low, alloc.lower)
         return phi, low, variances, wplan, dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
@@ -154,7 +154,7 @@ def plan_max(
         """The max-optimal allocation of a plan's per-view shapes (one noise scale per view orbit)."""
         orbits = np.array(view_orbits(workload, wplan.views))
         costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
-        alloc = allocate_max(_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
+        alloc = allocate_max(class_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
         return dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
 
     nu = np.full(total, 1.0 / total)
@@ -172,7 +172,7 @@ def plan_max(
             break
         iterations += 1
         step = nu * np.exp(np.clip(eta * (var / phi - 1.0), -50.0, 50.0))
-        cand = np.maximum(step / step.sum(), _NU_FLOOR / total)
+        cand = np.maximum(step / step.sum(), NU_FLOOR / total)
         cand /= cand.sum()
         c_phi, c_low, c_var, c_plan, c_alloc = evaluate(cand)
         iterates += [(c_plan, c_plan.allocation.sigma2, c_var), (c_plan, c_alloc.sigma2, c_alloc.values)]
@@ -188,7 +188,7 @@ def plan_max(
     # the multipliers of the best max-allocation are query weights too: when the shapes at those
     # weights are the same (as for marginals, whose shapes never change), phi there closes the gap
     if (best_up - best_low) / best_up > 0:
-        lam = np.maximum(best[1].lam, _NU_FLOOR / total)
+        lam = np.maximum(best[1].lam, NU_FLOOR / total)
         l_phi, l_low, l_var, l_plan, l_alloc = evaluate(lam / lam.sum())
         history.append((l_low, l_alloc.upper))
         best_low = max(best_low, l_low)
@@ -208,7 +208,7 @@ def plan_max(
     # rounding above beta (the polished max-allocation spends beta up to ~1e-15)
     sigma2 = alloc.sigma2 / (budget.beta * (1 - BUDGET_MARGIN))
     grams = base.grams
-    losses = np.array([_view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
+    losses = np.array([view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
     costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
     finite = np.isfinite(sigma2)
     spent = float(np.sum(costs[finite] / sigma2[finite]))

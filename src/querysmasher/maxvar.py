@@ -44,13 +44,13 @@ from .families import query_matrix_1d
 from .linalg import content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
-__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "OBJECTIVES"]
+__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "view_loss", "clear_pinv_cache", "OBJECTIVES", "NU_FLOOR"]
 
 OBJECTIVES = ("sum", "max")
 DEFAULT_MAX_TARGET_GAP = 1e-3
 DEFAULT_MAX_ITERATIONS = 60
 INNER_TARGET_GAP = 1e-8
-_NU_FLOOR = 1e-9  # relative floor on query weights: every query keeps a share of range(G)
+NU_FLOOR = 1e-9  # relative floor on query weights: every query keeps a share of range(G)
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def clear_pinv_cache() -> None:
     _PINV_CACHE.clear()
 
 
-def _view_loss(gram: SubworkloadGram, store, mech) -> float:
+def view_loss(gram: SubworkloadGram, store, mech) -> float:
     """tr(G X^+), factor-wise with cached pseudo-inverses when both are Kronecker."""
     from .solvers import mechanism_loss
 
@@ -207,7 +207,7 @@ def _representative_variances(plan, c: QueryClass) -> np.ndarray:
     return view_variances(plan, v)
 
 
-def _class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
+def class_variances(plan, classes: list[QueryClass]) -> list[np.ndarray]:
     """w_q Var_q for the queries of each class, from one representative view (symmetry)."""
     return [c.weight * _representative_variances(plan, c) for c in classes]
 
@@ -238,7 +238,7 @@ def max_variance_of(plan) -> tuple[float, int, int]:
     return best
 
 
-def _contributions(plan, classes: list[QueryClass], orbits: list[int]) -> np.ndarray:
+def class_contributions(plan, classes: list[QueryClass], orbits: list[int]) -> np.ndarray:
     """A[q, g] = w_q Var_q when every view of orbit g has sigma^2 = 1 and no other view is measured
     (rows: class queries, from each class's representative view)."""
     orbit_of = dict(zip(plan.views, orbits))

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .data import Records, marginal
 from .errors import InputError
 from .linalg import kron_apply, psd_power, single_threaded_blas
 from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never reads records
+    from .data import Records
     from .noise import NoiseSource
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator | NoiseS
     products). The plan's privacy cost is re-checked first (callers should also check before
     reading the records).
     """
+    from .data import marginal
     from .noise import as_noise
 
     noise = as_noise(rng)

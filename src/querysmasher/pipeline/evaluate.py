@@ -39,23 +39,26 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
     squared standardised error (about 1 when the variances are right), phase times and peak
     memory (Snakemake benchmark files; the solve phase sums every solve file the experiment uses,
     shared ones included)."""
-    import numpy as np
+    from ..io import get_json, open_h5
 
-    from ..data import marginal
-    from ..io import open_h5
-    from ..plan import load_plan
-    from ..reconstruct import view_answers_from_table
-    from ..variances import ViewVarianceMemo
-
-    plan = load_plan(plan_path)
-    s = plan.summary()
+    with open_h5(plan_path, "plan") as f:  # the summary stored at planning: nothing re-derived here
+        s = get_json(f, "summary")
     m = dict(experiment or {})
     m.update({
-        "predicted_rmse": plan.rmse, "queries": s["queries"], "workload_views": s["views"], "residual_views": s["residual_views"],
-        "measured_views": s["measured_views"], "distinct_solves": s["distinct_solves"], "privacy": plan.budget.to_dict(),
-        "certified": plan.certified, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s["notes"],
+        "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s["residual_views"],
+        "measured_views": s["measured_views"], "distinct_solves": s["distinct_solves"],
+        "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours")},
+        "certified": "lower_bound" in s, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s["notes"],
     })
     if answers_path:
+        import numpy as np
+
+        from ..data import marginal
+        from ..plan import load_plan
+        from ..reconstruct import view_answers_from_table
+        from ..variances import ViewVarianceMemo
+
+        plan = load_plan(plan_path)
         records = load_dataset(source, plan.schema)
         sq = wsum = zsum = 0.0
         zn = 0

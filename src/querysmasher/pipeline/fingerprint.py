@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import inspect
 import textwrap
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["STAGES", "library_fingerprint"]
@@ -54,9 +55,16 @@ def _module_file(root: Path, mod: str) -> tuple[Path, bool] | None:
     return None
 
 
-def _imports_of(path: Path, mod: str, is_pkg: bool) -> set[str]:
+def _imports_of(path: Path, mod: str, is_pkg: bool) -> frozenset[str]:
     """Package-internal modules imported by a module. In a package ``__init__`` only imports outside
-    function bodies count (registries import optional solvers lazily, on demand)."""
+    function bodies count (registries import optional solvers lazily, on demand). Cached by the
+    file's mtime and size: one Snakefile parse asks for a dozen stages' closures over the same modules."""
+    st = path.stat()
+    return _parsed_imports(path, mod, is_pkg, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=None)
+def _parsed_imports(path: Path, mod: str, is_pkg: bool, mtime_ns: int, size: int) -> frozenset[str]:
     tree = ast.parse(path.read_text())
     top = mod.split(".")[0]
     found: set[str] = set()
@@ -80,7 +88,7 @@ def _imports_of(path: Path, mod: str, is_pkg: bool) -> set[str]:
             visit(child)
 
     visit(tree)
-    return found
+    return frozenset(found)
 
 
 def _module_closure(modules, root: Path, leaves=()) -> dict[str, Path]:

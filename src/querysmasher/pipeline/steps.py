@@ -188,7 +188,7 @@ def assemble_plan_from_files(
     every view is certified, privacy as beta, rho-zCDP, mu-GDP and (epsilon, delta))."""
     from ..decompose import Decomposition, SubworkloadGram
     from ..linalg import MatrixStore
-    from ..plan import assemble_plan, save_plan
+    from ..plan import assemble_plan
 
     w = read_workload_file(workload_path)
     dj = json.loads(Path(decomposition_path).read_text())
@@ -206,6 +206,14 @@ def assemble_plan_from_files(
         raise ValueError(f"no solution for {len(missing)} subproblem(s), e.g. {missing[0]}")
     used = {k for k, _ in keys.values()}
     plan = assemble_plan(d, sols, method, parse_budget(budget, delta), {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
+    return _write_plan(plan, plan_path, plan_json_path, experiment)
+
+
+def _write_plan(plan, plan_path, plan_json_path, experiment: dict | None) -> dict:
+    """plan.h5 and plan.json (the plan's summary with the experiment's fields, the predicted RMSE,
+    whether it is certified, and its privacy in every unit); returns the summary."""
+    from ..plan import save_plan
+
     save_plan(plan, plan_path)
     summary = plan.summary()
     summary.update(experiment or {})
@@ -220,18 +228,11 @@ def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, 
     """Objective "max": the whole max-variance planning (:func:`querysmasher.maxplan.plan_max`, which
     re-solves the views under its own query weights; the sum-objective solves are not used); writes
     ``plan.h5`` and ``plan.json`` like :func:`assemble_plan_from_files`."""
-    from ..plan import make_plan, save_plan
+    from ..plan import make_plan
 
     w = read_workload_file(workload_path)
     plan = make_plan(w.schema, w, method, parse_budget(budget, delta), objective="max")
-    save_plan(plan, plan_path)
-    summary = plan.summary()
-    summary.update(experiment or {})
-    summary["predicted_rmse"] = plan.rmse
-    summary["certified"] = plan.certified
-    summary["privacy"] = plan.budget.to_dict()
-    write_json(plan_json_path, summary)
-    return summary
+    return _write_plan(plan, plan_path, plan_json_path, experiment)
 
 
 def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:

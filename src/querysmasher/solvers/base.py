@@ -34,15 +34,35 @@ from typing import Literal, Protocol
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, kron_dense, pinv_psd, psd_eigh  # pinv_psd: re-exported, solvers import it from here
+from ..linalg import MatrixStore, content_hash, kron_dense, pinv_psd, psd_eigh  # pinv_psd: re-exported, solvers import it from here
 
 __all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
+
+
+_SMALL_EIGH: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # content hash -> psd_eigh, for Kronecker factors
+_SMALL_CELLS = 256 * 256  # factors up to this size are shared by content (at most _SMALL_ENTRIES of them)
+_SMALL_ENTRIES = 1024
+
+
+def _psd_eigh_shared(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """psd_eigh, once per distinct small matrix: the Kronecker mechanisms of a plan repeat the same
+    1-D factors over hundreds of views and solution keys (measure did 375 eigendecompositions for
+    Adult's hybrid:2, of a few dozen distinct factors)."""
+    if m.size > _SMALL_CELLS:
+        return psd_eigh(m)
+    key = content_hash(str(m.shape), str(m.dtype), np.ascontiguousarray(m).tobytes())
+    hit = _SMALL_EIGH.get(key)
+    if hit is None:
+        if len(_SMALL_EIGH) >= _SMALL_ENTRIES:
+            _SMALL_EIGH.clear()
+        hit = _SMALL_EIGH[key] = psd_eigh(m)
+    return hit
 
 
 @lru_cache(maxsize=64)
 def _mechanism_eigh(mech: "ViewMechanism") -> list[tuple[np.ndarray, np.ndarray]]:
     """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
-    return [psd_eigh(m) for m in mech.mats]
+    return [_psd_eigh_shared(m) for m in mech.mats]
 
 
 @dataclass(frozen=True, eq=False)
