@@ -205,6 +205,22 @@ def test_solvers_with_workload_context_get_their_own_namespace(tmp_path, monkeyp
     assert set(sols) == {s["key"] for s in man["subproblems"]}
 
 
+def test_context_solver_subproblems_share_one_solve_job(tmp_path, monkeypatch):
+    """Every solve job of a context solver re-runs the decomposition first, so its subproblems go
+    into as few batches as the time budget allows (with batch_size 2, a context-free solver of the
+    same workload gets several)."""
+    monkeypatch.chdir(tmp_path)
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=5,d=4", "random:2")
+    jobs = {}
+    for method in ("rp", "rpplus"):
+        steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / f"m-{method}.json", method=method, batch_size=2)
+        man = json.loads((tmp_path / f"m-{method}.json").read_text())
+        assert all(s["batched"] for s in man["subproblems"] if s["cells"] > 1)
+        jobs[method] = len(man["solve_files"])
+    assert jobs["rpplus"] == 1 and jobs["rp"] > 1
+
+
 # ----------------------------------------------------------------------------- snakemake CLI
 
 

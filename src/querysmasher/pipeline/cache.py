@@ -197,19 +197,20 @@ def batch_id(keys) -> str:
     return content_hash(*sorted(keys))
 
 
-def plan_batches(keys, batch_size: int, seconds: dict[str, float] | None = None, max_seconds: float | None = None) -> list[list[str]]:
+def plan_batches(keys, batch_size: int, seconds: dict[str, float] | None = None, max_seconds: float | None = None, *, shared: bool = True) -> list[list[str]]:
     """Group cheap subproblem keys deterministically: sorted, a batch ends after a key whose hash
     value is 0 modulo ``max(1, batch_size // 2)`` (content-defined boundaries), or when it holds
     ``batch_size`` keys, or when the estimated ``seconds`` of its keys reach ``max_seconds``.
     Content-defined boundaries keep most batches identical when a grid adds or removes a few
-    subproblems, so batch solutions are shared between experiments."""
+    subproblems, so batch solutions are shared between experiments; ``shared=False`` (solutions
+    that only one workload can use) drops them."""
     keys = sorted(set(keys))
     modulus = max(1, int(batch_size) // 2)
     out, cur, total = [], [], 0.0
     for k in keys:
         cur.append(k)
         total += (seconds or {}).get(k, 0.0)
-        if len(cur) >= batch_size or (max_seconds and total >= max_seconds) or int(k[-8:], 16) % modulus == 0:
+        if len(cur) >= batch_size or (max_seconds and total >= max_seconds) or (shared and int(k[-8:], 16) % modulus == 0):
             out.append(cur)
             cur, total = [], 0.0
     if cur:
