@@ -1,4 +1,5 @@
 # Stage 8: every experiment of the grid -> results/tables/*.csv and results/figures/*.png
+# (paper configs: under results/paper/table{N}-grid/, one folder per table's grid)
 # (also shown by `snakemake --report report.html`).
 
 
@@ -15,7 +16,7 @@ rule aggregate:
     params:
         lib=lib("aggregate"),
     log:
-        f"{R}/logs/aggregate.log",
+        f"{_AGG}/logs/aggregate.log",
     resources:
         mem_mb=2000,
         runtime=10,

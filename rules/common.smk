@@ -234,5 +234,8 @@ def release_targets():
     return [f"{R}/releases/{name}" for name in sorted(RELEASE_SPECS)]
 
 
-AGGREGATE_TABLES = [f"{R}/tables/experiments.csv", f"{R}/tables/rmse.csv", f"{R}/tables/resources.csv"]
-AGGREGATE_FIGURES = [f"{R}/figures/rmse.png", f"{R}/figures/time_vs_views.png", f"{R}/figures/memory_vs_views.png"]
+# A paper config aggregates into a folder of its own: the tables' grids differ, and one shared
+# results/tables would be rebuilt each time another table's config runs (never "nothing to do").
+_AGG = f"{R}/paper/table{int(config['paper']['table'])}-grid" if config.get("paper") else R
+AGGREGATE_TABLES = [f"{_AGG}/tables/experiments.csv", f"{_AGG}/tables/rmse.csv", f"{_AGG}/tables/resources.csv"]
+AGGREGATE_FIGURES = [f"{_AGG}/figures/rmse.png", f"{_AGG}/figures/time_vs_views.png", f"{_AGG}/figures/memory_vs_views.png"]
