@@ -149,12 +149,14 @@ _PINV_CACHE: dict[str, np.ndarray] = {}  # content hash of a mechanism matrix ->
 
 
 def _pinv_of(m: np.ndarray) -> np.ndarray:
-    """pinv_psd, once per distinct matrix content (RP and WFF rebuild equal factors for every view)."""
-    from .solvers.base import pinv_psd
+    """The pseudo-inverse, once per distinct matrix content (RP and WFF rebuild equal factors for
+    every view), from the eigendecompositions that measure and the variances share by content."""
+    from .linalg import psd_power
+    from .solvers.base import shared_psd_eigh
 
     key = content_hash(str(m.shape), np.ascontiguousarray(m).tobytes())
     if key not in _PINV_CACHE:
-        _PINV_CACHE[key] = pinv_psd(m)
+        _PINV_CACHE[key] = psd_power(m, -1, eig=shared_psd_eigh(m))
     return _PINV_CACHE[key]
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, content_hash, kron_dense, pinv_psd, psd_eigh  # pinv_psd: re-exported, solvers import it from here
 
-__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd"]
+__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd", "shared_psd_eigh"]
 
 
 _SMALL_EIGH: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # content hash -> psd_eigh, for Kronecker factors
@@ -44,7 +44,7 @@ _SMALL_CELLS = 256 * 256  # factors up to this size are shared by content (at mo
 _SMALL_ENTRIES = 1024
 
 
-def _psd_eigh_shared(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def shared_psd_eigh(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """psd_eigh, once per distinct small matrix: the Kronecker mechanisms of a plan repeat the same
     1-D factors over hundreds of views and solution keys (measure did 375 eigendecompositions for
     Adult's hybrid:2, of a few dozen distinct factors)."""
@@ -62,7 +62,7 @@ def _psd_eigh_shared(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=64)
 def _mechanism_eigh(mech: "ViewMechanism") -> list[tuple[np.ndarray, np.ndarray]]:
     """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
-    return [_psd_eigh_shared(m) for m in mech.mats]
+    return [shared_psd_eigh(m) for m in mech.mats]
 
 
 @dataclass(frozen=True, eq=False)
