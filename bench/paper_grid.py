@@ -2,10 +2,13 @@
 
 Runs each table's config in turn from the repository root, cold (``--cold`` removes ``results/``
 first), then again with nothing changed, and records per table the wall time of both runs, the
-number of jobs run, and the largest peak RSS of any job (from the rules' ``benchmark:`` files).
-Prints one JSON line per run and writes ``bench/out/paper_grid.json``. Usage:
+number of jobs run (per rule), and the largest peak RSS of any job (from the rules' ``benchmark:``
+files). With ``--budget-change N`` it then runs table N's config with every budget halved (a copy
+under bench/out/) and reports which rules ran: allocation and later stages only, when the
+experiments' problems (workload, decomposition) and solves are shared. Prints one JSON line per run
+and writes ``bench/out/paper_grid.json``. Usage:
 
-    python bench/paper_grid.py [--cold] [--tables 2,3,4,5,6,7] [--cores all]
+    python bench/paper_grid.py [--cold] [--tables 2,3,4,5,6,7] [--cores all] [--budget-change 2]
 
 The tables and figures land in ``results/paper/`` as for a user's run.
 """
@@ -39,8 +42,34 @@ def peak_rss_mb(since: float) -> float:
     return best
 
 
-def run(table: int, cores: str) -> dict:
-    cfg = f"config/paper/table{table}.yaml"
+def jobs_by_rule(log: str) -> dict[str, int]:
+    """Snakemake's job-stats table (``rule  count`` lines after ``Job stats:``)."""
+    out: dict[str, int] = {}
+    for block in log.split("Job stats:")[1:2]:
+        for line in block.splitlines()[3:]:
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].isdigit():
+                break
+            if parts[0] != "total":
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+def halved_budget_config(table: int) -> Path:
+    """Table ``table``'s config with every grid budget halved (numbers only: beta)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / f"config/paper/table{table}.yaml").read_text())
+    for g in cfg["grid"]:
+        g["budgets"] = [float(b) / 2 for b in g.get("budgets", [1.0])]
+    path = ROOT / "bench" / "out" / f"table{table}-half-budget.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def run(table: int, cores: str, cfg: str | None = None) -> dict:
+    cfg = cfg or f"config/paper/table{table}.yaml"
     t0, wall0 = time.time(), time.perf_counter()
     proc = subprocess.run(["snakemake", "--cores", cores, "--configfile", cfg], cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - wall0
@@ -50,7 +79,7 @@ def run(table: int, cores: str) -> dict:
         raise SystemExit(f"table {table}: snakemake exit {proc.returncode}")
     m = re.search(r"(\d+) of (\d+) steps \(100%\) done", log)
     return {"table": table, "wall_seconds": round(wall, 1), "jobs": int(m.group(2)) if m else 0,
-            "peak_job_rss_mb": round(peak_rss_mb(t0), 1)}
+            "rules": jobs_by_rule(log), "peak_job_rss_mb": round(peak_rss_mb(t0), 1)}
 
 
 def main() -> None:
@@ -58,11 +87,12 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="remove results/ first (cold caches)")
     ap.add_argument("--tables", default="2,3,4,5,6,7")
     ap.add_argument("--cores", default="all")
+    ap.add_argument("--budget-change", type=int, default=0, metavar="N", help="then rerun table N with its budgets halved")
     ap.add_argument("--out", default="bench/out/paper_grid.json")
     args = ap.parse_args()
     if args.cold:
         shutil.rmtree(ROOT / "results", ignore_errors=True)
-    tables = [int(t) for t in args.tables.split(",")]
+    tables = [int(t) for t in args.tables.split(",") if t]  # "" with --budget-change: that run only
     out = {"cold": [], "rerun": []}
     for kind in ("cold", "rerun"):
         for t in tables:
@@ -72,6 +102,11 @@ def main() -> None:
             out[kind].append(r)
         total = sum(r["wall_seconds"] for r in out[kind])
         print(json.dumps({"run": kind, "total_wall_seconds": round(total, 1)}), flush=True)
+    if args.budget_change:
+        r = run(args.budget_change, args.cores, str(halved_budget_config(args.budget_change).relative_to(ROOT)))
+        r["run"] = "budget-halved"
+        print(json.dumps(r), flush=True)
+        out["budget_change"] = r
     path = ROOT / args.out
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))

@@ -5,8 +5,8 @@
 
 rule allocate:
     input:
-        workload=f"{R}/{{experiment}}/workload.h5",
-        decomposition=f"{R}/{{experiment}}/decomposition.json",
+        workload=lambda wc: problem_path("workload.h5", wc),
+        decomposition=lambda wc: problem_path("decomposition.json", wc),
         manifest=manifest_path,
         solves=experiment_solve_files,
     output:

@@ -33,6 +33,11 @@ except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
 R = layout.RESULTS
+# (schema, workload, method) -> one of its experiments: the workload and decompose jobs are the
+# problem's, shared by every budget and seed of it (a new budget re-runs allocation onwards only)
+PROBLEMS = {}
+for _e in EXPERIMENTS.values():
+    PROBLEMS.setdefault(_e.problem, _e)
 
 
 def _releases():
@@ -74,6 +79,7 @@ CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 wildcard_constraints:
     experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+(?:__max)?",
+    problem=r"[^/]+__[^/]+__[^/]+",
     key=layout.KEY_PATTERN,
     bid=layout.KEY_PATTERN,
     ns=layout.NS_PATTERN,
@@ -85,6 +91,18 @@ def experiment_of(wildcards):
         return EXPERIMENTS[wildcards.experiment]
     except KeyError:
         raise WorkflowError(f"experiment {wildcards.experiment!r} is not in the config's grid") from None
+
+
+def problem_of(wildcards):
+    try:
+        return PROBLEMS[wildcards.problem]
+    except KeyError:
+        raise WorkflowError(f"problem {wildcards.problem!r} is not in the config's grid") from None
+
+
+def problem_path(name, wildcards):
+    """A file of the experiment's problem (workload.h5, decomposition.json, manifest.json, ...)."""
+    return f"{layout.problem_dir(experiment_of(wildcards).problem)}/{name}"
 
 
 def solver_options(method):
@@ -107,7 +125,7 @@ def decompose_mem_mb(wildcards):
     that together exceed the machine (or a SLURM node's limit)."""
     from querysmasher.pipeline.cache import decompose_mem_mb as estimate
 
-    return estimate(experiment_of(wildcards))
+    return estimate(problem_of(wildcards))
 
 
 def exp_path(name, wildcards):
@@ -121,7 +139,7 @@ def workload_inputs(wildcards):
     """Files a workload spec reads: a schema file, a workload file and custom query files (if any)."""
     from querysmasher.workload import workload_input_files
 
-    e = experiment_of(wildcards)
+    e = problem_of(wildcards)
     files = [e.schema_spec] if os.path.isfile(e.schema_spec) else []
     return files + workload_input_files(e.workload)
 
@@ -131,7 +149,7 @@ def workload_inputs(wildcards):
 
 def manifest_path(wildcards):
     """The experiment's manifest; raises until the decompose checkpoint has run."""
-    return checkpoints.decompose.get(experiment=wildcards.experiment).output.manifest
+    return checkpoints.decompose.get(problem=experiment_of(wildcards).problem).output.manifest
 
 
 def experiment_solve_files(wildcards):
@@ -147,8 +165,8 @@ def solve_index():
     """(namespace, file id) -> cost and context, from every existing manifest of the grid
     (re-read when a manifest changes)."""
     index = {}
-    for name in EXPERIMENTS:
-        path = f"{R}/{name}/manifest.json"
+    for name in PROBLEMS:
+        path = f"{layout.problem_dir(name)}/manifest.json"
         try:
             mtime = os.stat(path).st_mtime_ns
         except FileNotFoundError:

@@ -1,4 +1,5 @@
-# Stage 2 (a checkpoint): residual decomposition -> decomposition.json + manifest.json.
+# Stage 2 (a checkpoint): residual decomposition -> results/problems/{problem}/decomposition.json +
+# manifest.json (one per problem: every budget and seed of it shares them).
 # Side effects, content-addressed and written ONLY IF ABSENT (an existing file is never touched,
 # so its mtime never changes and its solution is never redone):
 #   results/subproblems/{key}.h5  the unit-trace Gram of each distinct subproblem
@@ -9,22 +10,22 @@
 
 checkpoint decompose:
     input:
-        f"{R}/{{experiment}}/workload.h5",
+        f"{R}/problems/{{problem}}/workload.h5",
     output:
-        decomposition=f"{R}/{{experiment}}/decomposition.json",
-        manifest=f"{R}/{{experiment}}/manifest.json",
+        decomposition=f"{R}/problems/{{problem}}/decomposition.json",
+        manifest=f"{R}/problems/{{problem}}/manifest.json",
     params:
-        method=lambda wc: experiment_of(wc).method,
-        options=lambda wc: solver_options(experiment_of(wc).method),
+        method=lambda wc: problem_of(wc).method,
+        options=lambda wc: solver_options(problem_of(wc).method),
         batch_max_cells=SOLVE["batch_max_cells"],
         batch_max_seconds=SOLVE["batch_max_seconds"],
         batch_size=SOLVE["batch_size"],
         batch_seconds=SOLVE["batch_seconds"],
         lib=lib("decompose"),
     log:
-        f"{R}/{{experiment}}/logs/decompose.log",
+        f"{R}/problems/{{problem}}/logs/decompose.log",
     benchmark:
-        f"{R}/{{experiment}}/benchmarks/decompose.tsv"
+        f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
     resources:
         mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
         runtime=30,

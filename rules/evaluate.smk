@@ -4,13 +4,16 @@
 # peak memory come from the benchmark files of the experiment's jobs and of its solve jobs.
 # HDMM experiments release only where the full data vector fits (MEASURED, rules/common.smk).
 
+_PROBLEM_STAGES = ("workload", "decompose")  # shared by the problem's experiments (rules/common.smk)
+
+
 def _stages(wc):
     return ["workload", "decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
 
 
 def _release_inputs(wc):
     """Answers and records (release runs only) and the benchmark file of every stage that ran."""
-    out = {f"bench_{s}": f"{R}/{wc.experiment}/benchmarks/{s}.tsv" for s in _stages(wc)}
+    out = {f"bench_{s}": (problem_path(f"benchmarks/{s}.tsv", wc) if s in _PROBLEM_STAGES else f"{R}/{wc.experiment}/benchmarks/{s}.tsv") for s in _stages(wc)}
     if MEASURED[wc.experiment]:
         out.update(answers=f"{R}/{wc.experiment}/answers.h5", data=experiment_data_inputs(wc))
     return out
@@ -20,7 +23,7 @@ rule evaluate:
     input:
         unpack(_release_inputs),
         plan=f"{R}/{{experiment}}/plan.h5",
-        manifest=f"{R}/{{experiment}}/manifest.json",
+        manifest=lambda wc: problem_path("manifest.json", wc),
     output:
         f"{R}/{{experiment}}/metrics.json",
     params:

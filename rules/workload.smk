@@ -1,4 +1,5 @@
-# Stage 1: the experiment's schema and workload spec -> results/{experiment}/workload.h5.
+# Stage 1: the problem's schema and workload spec -> results/problems/{problem}/workload.h5 (a problem
+# is (schema, workload, method): every budget and seed of it shares this file).
 # Every later stage reads the workload from this file (custom queries included), never the config.
 
 
@@ -6,16 +7,16 @@ rule workload:
     input:
         workload_inputs,
     output:
-        f"{R}/{{experiment}}/workload.h5",
+        f"{R}/problems/{{problem}}/workload.h5",
     params:
-        schema=lambda wc: experiment_of(wc).schema_spec,
-        all_numeric=lambda wc: experiment_of(wc).all_numeric,
-        workload=lambda wc: experiment_of(wc).workload,
+        schema=lambda wc: problem_of(wc).schema_spec,
+        all_numeric=lambda wc: problem_of(wc).all_numeric,
+        workload=lambda wc: problem_of(wc).workload,
         lib=lib("workload"),
     log:
-        f"{R}/{{experiment}}/logs/workload.log",
+        f"{R}/problems/{{problem}}/logs/workload.log",
     benchmark:
-        f"{R}/{{experiment}}/benchmarks/workload.tsv"
+        f"{R}/problems/{{problem}}/benchmarks/workload.tsv"
     resources:
         mem_mb=1000,
         runtime=10,

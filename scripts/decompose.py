@@ -8,12 +8,12 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 with steps.logged(sm.log[0]):
     p = sm.params
     if p.method in hdmm_steps.WHOLE_WORKLOAD_METHODS:  # no residual views, no subproblems
-        info = hdmm_steps.decompose_hdmm(sm.input[0], sm.output.decomposition, sm.output.manifest, experiment=sm.wildcards.experiment)
+        info = hdmm_steps.decompose_hdmm(sm.input[0], sm.output.decomposition, sm.output.manifest, problem=sm.wildcards.problem)
     else:
         info = steps.decompose_to_files(
             sm.input[0], sm.output.decomposition, sm.output.manifest,
             method=p.method, options=dict(p.options), batch_max_cells=p.batch_max_cells,
             batch_max_seconds=p.batch_max_seconds, batch_size=p.batch_size, batch_seconds=p.batch_seconds,
-            experiment=sm.wildcards.experiment,
+            problem=sm.wildcards.problem,
         )
     print(info)

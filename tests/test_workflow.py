@@ -356,7 +356,8 @@ def test_adding_an_experiment_with_solved_subproblems_runs_no_solve(tiny_run, tm
     proc = snakemake(wd, config=cfg)
     jobs = jobs_run(proc)
     assert "solve" not in jobs and "solve_batch" not in jobs
-    assert jobs["measure"] == 3 and jobs["decompose"] == 3 and jobs["allocate"] == 3  # only the new experiments
+    assert jobs["measure"] == 3 and jobs["allocate"] == 3  # only the new experiments
+    assert "decompose" not in jobs and "workload" not in jobs  # their problems' files are shared
     assert {p: p.stat().st_mtime_ns for p in solves} == solves
     assert {p: p.stat().st_mtime_ns for p in subs} == subs
 
@@ -378,6 +379,9 @@ def test_changing_one_value_reruns_only_what_it_affects(tiny_run, tmp_path):
     cfg = json.loads(json.dumps(TINY))
     cfg["reconstruct"] = {"csv": True}  # an extra output of reconstruct
     assert changed(cfg) == {k: v for k, v in {"reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items() if k not in baseline or k in ("aggregate", "all")}
+    cfg = json.loads(json.dumps(TINY))
+    cfg["grid"][0]["budgets"] = ["rho=0.25"]  # another budget: allocation and later stages only
+    assert changed(cfg) == {k: v for k, v in {"allocate": 3, "measure": 3, "reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items() if k not in baseline or k in ("aggregate", "all")}
     cfg = json.loads(json.dumps(TINY))
     cfg["grid"][0]["methods"] = ["rp"]  # fewer experiments: nothing to recompute but the aggregate
     assert changed(cfg) == {"aggregate": 1, "all": 1}

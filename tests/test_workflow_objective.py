@@ -38,3 +38,14 @@ def test_allocate_step_writes_the_max_plan(tmp_path):
     assert plan.objective == "max" and json.loads((tmp_path / "plan.json").read_text())["max_variance"] == pytest.approx(s["max_variance"])
     direct = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qs", Budget.from_rho(0.5), objective="max")
     assert plan.max_variance[0] == pytest.approx(direct.max_variance[0], rel=1e-9)
+
+
+def test_budgets_seeds_and_objectives_of_one_problem_share_its_folder():
+    """The workload and decompose jobs belong to (schema, workload, method): a new budget, seed or
+    objective re-runs allocation onwards only; two workloads that slug alike are refused."""
+    g = {"schemas": ["synthetic:n=4,d=3"], "workloads": ["prefix:1+abs:2"], "methods": ["qs", "rp"], "budgets": [1.0, "rho=0.25"], "seeds": [0, 1]}
+    grid = expand_grid({"grid": [g, {**g, "objective": "max", "methods": ["qs"]}], "release": False})
+    assert len(grid) == 12 and {e.problem for e in grid.values()} == {"synthetic-n4-d3__prefix-1_abs-2__qs", "synthetic-n4-d3__prefix-1_abs-2__rp"}
+    clash = {"grid": [{**g, "budgets": [1.0]}, {**g, "workloads": ["prefix:1 + abs:2"], "budgets": [0.5]}], "release": False}
+    with pytest.raises(InputError, match="two problems share this folder name"):
+        expand_grid(clash)

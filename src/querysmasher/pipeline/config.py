@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .datasets import resolve_data_source
-from .layout import experiment_name
+from .layout import experiment_name, problem_name
 
 __all__ = ["Experiment", "BUDGET_PATTERN", "parse_budget", "expand_grid", "check_config", "format_validation_error"]
 
@@ -66,6 +66,11 @@ class Experiment:
     data: dict = field(default_factory=dict)
     objective: str = "sum"  # "sum" or "max" (querysmasher.maxvar)
 
+    @property
+    def problem(self) -> str:
+        """The folder of what does not depend on the budget or seed (workload file, decomposition)."""
+        return problem_name(self.schema, self.workload, self.method)
+
     def as_dict(self) -> dict:
         return {
             "experiment": self.name, "schema": self.schema, "schema_spec": self.schema_spec, "all_numeric": self.all_numeric,
@@ -97,6 +102,11 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
                             out[name] = e
     if not out:
         raise InputError("config", "grid", "defines no experiment")
+    problems: dict[str, Experiment] = {}
+    for e in out.values():  # experiments of one problem share its workload and decompose jobs
+        old = problems.setdefault(e.problem, e)
+        if (old.schema_spec, old.all_numeric, old.workload) != (e.schema_spec, e.all_numeric, e.workload):
+            raise InputError("config grid", e.problem, f"two problems share this folder name ({old.workload!r} and {e.workload!r}); rename a schema or reorder the spec")
     return out
 
 

@@ -102,16 +102,16 @@ def releasable_experiments(experiments: dict) -> dict[str, bool]:
     return {name: e.method not in WHOLE_WORKLOAD_METHODS or releasable(e.method, _parsed(e, cache)[0]) for name, e in experiments.items()}
 
 
-def decompose_hdmm(workload_path, decomposition_path, manifest_path, *, experiment: str = "") -> dict:
-    """The decompose checkpoint of an HDMM experiment: no residual views, no subproblems, no solve
+def decompose_hdmm(workload_path, decomposition_path, manifest_path, *, problem: str = "") -> dict:
+    """The decompose checkpoint of an HDMM problem: no residual views, no subproblems, no solve
     files (the rules downstream see an empty manifest)."""
     w = read_workload_file(workload_path)
     write_json(decomposition_path, {
-        "experiment": experiment, "schema": w.schema.name, "workload": w.spec, "seconds": 0.0,
+        "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": 0.0,
         "workload_views": len({v.attrs for v in w.views}), "views": [],
     })
     write_json(manifest_path, {
-        "experiment": experiment, "method": "hdmm", "options": {}, "namespace": "hdmm", "context": "",
+        "problem": problem, "method": "hdmm", "options": {}, "namespace": "hdmm", "context": "",
         "workload_file": str(workload_path), "residual_views": 0, "distinct": 0, "subproblems": [], "batches": [],
         "solve_files": [],
     })

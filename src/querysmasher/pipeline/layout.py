@@ -2,9 +2,9 @@
 
 Layout of ``results/`` (all paths relative to the working directory)::
 
-    results/{experiment}/workload.h5          schema + workload spec (+ custom queries)
-    results/{experiment}/decomposition.json   residual views: attrs, names, key, scale
-    results/{experiment}/manifest.json        distinct subproblems: key, cells, terms, cost, solve file
+    results/problems/{problem}/workload.h5          schema + workload spec (+ custom queries)
+    results/problems/{problem}/decomposition.json   residual views: attrs, names, key, scale
+    results/problems/{problem}/manifest.json        distinct subproblems: key, cells, terms, cost, solve file
     results/subproblems/{key}.h5              unit-trace Gram of one subproblem (content-addressed)
     results/batches/{bid}.json                member keys of a batch of cheap subproblems
     results/solves/{ns}/{key}.h5              solution of one expensive subproblem (shared)
@@ -17,6 +17,9 @@ Layout of ``results/`` (all paths relative to the working directory)::
 
 An experiment is (schema, workload, method, budget, seed); its folder is
 ``{schema}__{workload-slug}__{method}__{budget-slug}__seed{seed}`` (:func:`experiment_name`).
+Its *problem* -- (schema, workload, method), :func:`problem_name` -- holds what does not depend on
+the budget or the seed (the workload file and the decomposition), so experiments that differ only
+there share one workload and decompose job: a new budget re-runs allocation and later stages only.
 ``{ns}`` (:func:`solver_namespace`) is the method, plus a hash of non-default solver options,
 plus -- only for solvers with ``prepare`` (they read workload-wide context) -- a hash of the
 workload (:func:`workload_id`), so a solution file is always a function of its path.
@@ -34,7 +37,7 @@ import re
 from pathlib import Path
 
 __all__ = [
-    "RESULTS", "KEY_PATTERN", "NS_PATTERN", "slugify", "budget_slug", "experiment_name", "subproblem_path",
+    "RESULTS", "KEY_PATTERN", "NS_PATTERN", "slugify", "budget_slug", "experiment_name", "problem_name", "problem_dir", "subproblem_path",
     "batch_path", "solve_path", "solve_benchmark_path", "split_solve_path", "workload_id", "solver_namespace",
     "method_of_namespace",
 ]
@@ -80,6 +83,19 @@ def budget_slug(value) -> str:
 def experiment_name(schema: str, workload: str, method: str, budget, seed: int) -> str:
     """The folder name of one experiment of the grid."""
     return "__".join([slugify(schema), slugify(workload), method, budget_slug(budget), f"seed{int(seed)}"])
+
+
+def problem_name(schema: str, workload: str, method: str) -> str:
+    """The folder name of an experiment's problem (its workload file and decomposition).
+
+    >>> problem_name("adult", "hybrid:1,2+abs:2@0.5", "qs")
+    'adult__hybrid-1-2_abs-2w0.5__qs'
+    """
+    return "__".join([slugify(schema), slugify(workload), method])
+
+
+def problem_dir(problem: str) -> str:
+    return f"{RESULTS}/problems/{problem}"
 
 
 def subproblem_path(key: str) -> str:

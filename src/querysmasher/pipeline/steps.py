@@ -80,7 +80,7 @@ def decompose_to_files(
     batch_max_seconds: float = 0.5,
     batch_size: int = 100,
     batch_seconds: float = 300.0,
-    experiment: str = "",
+    problem: str = "",
 ) -> dict:
     """The decompose checkpoint: residual views -> ``decomposition.json``; distinct subproblems ->
     ``results/subproblems/{key}.h5`` (if absent) and ``manifest.json``; cheap subproblems
@@ -139,11 +139,11 @@ def decompose_to_files(
             "cost": {"seconds": round(total, 3), "mem_mb": max(c["mem_mb"] for c in costs), "runtime": runtime_minutes(total)},
         })
     write_json(decomposition_path, {
-        "experiment": experiment, "schema": w.schema.name, "workload": w.spec, "seconds": d.seconds,
+        "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": d.seconds,
         "workload_views": len({v.attrs for v in w.views}), "views": views,
     })
     manifest = {
-        "experiment": experiment, "method": method, "options": dict(options or {}), "namespace": ns, "context": context,
+        "problem": problem, "method": method, "options": dict(options or {}), "namespace": ns, "context": context,
         "workload_file": str(workload_path), "residual_views": len(views), "distinct": len(subs),
         "subproblems": list(subs.values()), "batches": batches,
         "solve_files": sorted({s["solve_file"] for s in subs.values()}),
