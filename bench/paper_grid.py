@@ -43,16 +43,12 @@ def peak_rss_mb(since: float) -> float:
 
 
 def jobs_by_rule(log: str) -> dict[str, int]:
-    """Snakemake's job-stats table (``rule  count`` lines after ``Job stats:``)."""
+    """Jobs run per rule: Snakemake logs each job as ``[local]rule NAME:`` or ``[local]checkpoint NAME:``
+    (the job-stats table printed at the start misses jobs added by checkpoints)."""
     out: dict[str, int] = {}
-    for block in log.split("Job stats:")[1:2]:
-        for line in block.splitlines()[3:]:
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].isdigit():
-                break
-            if parts[0] != "total":
-                out[parts[0]] = int(parts[1])
-    return out
+    for m in re.finditer(r"^(?:local)?(?:rule|checkpoint) (\w+):$", log, re.MULTILINE):
+        out[m.group(1)] = out.get(m.group(1), 0) + 1
+    return dict(sorted(out.items()))
 
 
 def halved_budget_config(table: int) -> Path:

@@ -128,6 +128,15 @@ def decompose_mem_mb(wildcards):
     return estimate(problem_of(wildcards))
 
 
+def plan_reader_mem_mb(base):
+    """mem_mb of a rule that loads a plan: ``base``, or more when loading re-runs a decomposition
+    heavier than that (a plan with views held over their query factor re-derives F from its
+    workload: querysmasher.queryfactor)."""
+    from querysmasher.pipeline.cache import decompose_mem_mb as estimate
+
+    return lambda wildcards: max(base, estimate(experiment_of(wildcards)))
+
+
 def exp_path(name, wildcards):
     return f"{R}/{wildcards.experiment}/{name}"
 

@@ -34,7 +34,7 @@ rule evaluate:
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",
     resources:
-        mem_mb=4000,
+        mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
         runtime=60,
     script:
         "../scripts/evaluate.py"

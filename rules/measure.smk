@@ -19,7 +19,7 @@ rule measure:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/measure.tsv"
     resources:
-        mem_mb=2000,
+        mem_mb=plan_reader_mem_mb(2000),  # loading the plan may decompose its workload
         runtime=30,
     script:
         "../scripts/measure.py"

@@ -17,7 +17,7 @@ rule reconstruct:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
     resources:
-        mem_mb=4000,
+        mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
         runtime=60,
     script:
         "../scripts/reconstruct.py"

@@ -105,3 +105,63 @@ def test_lowrank_plan_file_round_trip(tmp_path, schema):
         for a, b in zip(back.solutions[k].mechanism.mats, s.mechanism.mats):
             assert np.array_equal(a, b)
     assert back.rmse == pytest.approx(plan.rmse, rel=1e-14)
+    # A two-way affine view is held over its query factor: the file stores L alone (rows of F x r,
+    # no cells x r V), and the loaded operator -- re-derived from L and the file's workload, as
+    # measure applies it -- is the one brute force charges (at most beta) and the plan allocated.
+    import h5py
+
+    from querysmasher.measure import check_budget
+
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        compact = [k for k, g in f["solutions"].items() if g.attrs.get("storage") == "query-factor"]
+        assert compact
+        for k in compact:
+            assert "m0" not in f["solutions"][k] and f["solutions"][k]["l"].shape[0] < plan.solutions[k].mechanism.cells
+    assert cost(applied_full_privacy_gram(back), "add-remove") <= plan.budget.beta * (1 + 1e-9)
+    assert check_budget(back) <= plan.budget.beta
+    assert np.allclose(applied_full_privacy_gram(back), full_privacy_gram(plan), rtol=1e-9, atol=1e-12)
+
+
+def test_a_query_factor_operator_does_not_depend_on_the_svd_basis(schema):
+    """B = L^T F whatever V and W the SVD returns: flipping a column sign of V and W (an equally
+    valid SVD) leaves the measured operator, and the reconstruction from it, unchanged."""
+    from querysmasher.measure import pinv_sqrt_apply, sqrt_apply
+    from querysmasher.solvers import ViewMechanism
+
+    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+    (sol,) = [s for s in plan.solutions.values() if s.query_factor is not None][:1]
+    m = sol.mechanism
+    flip = np.ones(m.mats[1].size)
+    flip[0] = -1.0
+    other = ViewMechanism("lowrank", m.sizes, (m.mats[0] * flip, m.mats[1]), rotation=m.rotation * flip)
+    x = np.random.default_rng(0).standard_normal(m.cells)
+    assert np.allclose(sqrt_apply(other, x), sqrt_apply(m, x), atol=1e-12)
+    y = sqrt_apply(m, x)
+    assert np.allclose(pinv_sqrt_apply(other, y), pinv_sqrt_apply(m, y), atol=1e-12)
+    without = ViewMechanism("lowrank", m.sizes, (m.mats[0] * flip, m.mats[1]))  # the same X, another B
+    assert not np.allclose(sqrt_apply(without, x), y, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit", ["shape", "key", "kind", "missing"])
+def test_a_compact_solution_that_does_not_fit_its_workload_is_refused(tmp_path, schema, edit):
+    import h5py
+
+    from querysmasher.errors import InputError
+
+    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+    save_plan(plan, tmp_path / "p.h5")
+    with h5py.File(tmp_path / "p.h5", "r+") as f:
+        key = [k for k, g in f["solutions"].items() if g.attrs.get("storage") == "query-factor"][0]
+        g = f["solutions"][key]
+        if edit == "shape":
+            L = g["l"][()]
+            del g["l"]
+            g["l"] = L[1:]
+        elif edit == "key":
+            f["solutions"].move(key, "0" * 20)
+        elif edit == "kind":
+            g.attrs["kind"] = "dense"
+        else:
+            del g["l"]
+    with pytest.raises(InputError, match="plan (solution|view key)"):
+        load_plan(tmp_path / "p.h5")

@@ -221,6 +221,28 @@ def test_context_solver_subproblems_share_one_solve_job(tmp_path, monkeypatch):
     assert jobs["rpplus"] == 1 and jobs["rp"] > 1
 
 
+def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tmp_path, monkeypatch):
+    """decompose -> solve files -> allocate, as the rules run them, for qs with factored views:
+    the solve files keep L beside V, and the plan file (L only for those views) is byte for byte
+    the one make_plan + save_plan writes."""
+    from querysmasher.plan import save_plan
+
+    monkeypatch.chdir(tmp_path)
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "prefix:1+affine:2")
+    opts = {"lowrank": "always"}
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs", options=opts)
+    man = json.loads((tmp_path / "m.json").read_text())
+    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs", options=opts)
+    sols, _ = cache.read_solutions([tmp_path / "s.h5"])
+    assert any(s.query_factor is not None for s in sols.values())
+    steps.assemble_plan_from_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
+    save_plan(make_plan("synthetic:n=6,d=3", "prefix:1+affine:2", "qs", Budget.from_beta(1.0), solver_options=opts), tmp_path / "ref.h5")
+    ours, ref = plan_file_content(tmp_path / "plan.h5"), plan_file_content(tmp_path / "ref.h5")
+    assert any(k.endswith("@storage") for k in ref)
+    assert sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k)) == []
+
+
 # ----------------------------------------------------------------------------- snakemake CLI
 
 

@@ -49,3 +49,24 @@ def test_budgets_seeds_and_objectives_of_one_problem_share_its_folder():
     clash = {"grid": [{**g, "budgets": [1.0]}, {**g, "workloads": ["prefix:1 + abs:2"], "budgets": [0.5]}], "release": False}
     with pytest.raises(InputError, match="two problems share this folder name"):
         expand_grid(clash)
+
+
+def test_a_max_plan_with_factored_views_round_trips(tmp_path):
+    """A max plan's keys are its weighted decomposition's: its lowrank mechanisms are stored as they
+    are (V, s and their rotation), never as query factors the plan's workload does not have."""
+    import numpy as np
+
+    from querysmasher.measure import sqrt_apply
+    from querysmasher.plan import save_plan
+
+    plan = make_plan("synthetic:n=8,d=2", "abs:2", "qs", Budget.from_rho(0.5), objective="max", solver_options={"lowrank": "always"})
+    low = [s for s in plan.solutions.values() if s.mechanism.kind == "lowrank"]
+    assert low and all(s.query_factor is None for s in plan.solutions.values())
+    save_plan(plan, tmp_path / "max.h5")
+    back = load_plan(tmp_path / "max.h5")
+    x = np.random.default_rng(1).standard_normal(low[0].mechanism.cells)
+    for k, s in plan.solutions.items():
+        if s.mechanism.kind == "lowrank":
+            b = back.solutions[k].mechanism
+            assert np.array_equal(sqrt_apply(b, x), sqrt_apply(s.mechanism, x))  # the same operator, rotation included
+    assert back.max_variance[0] == pytest.approx(plan.max_variance[0], rel=1e-12)

@@ -98,6 +98,15 @@ class SubworkloadGram:
             g += t.coef * (term_gram(store[t.factors[0]]) if t.dense else kron_dense([store[f] for f in t.factors]))
         return g
 
+    def factor(self, store: MatrixStore) -> np.ndarray:
+        """F with G = F^T F: the stacked factors of the terms, sqrt(coef) times (a subquery matrix,
+        or the Kronecker product of per-attribute eigenfactors). No c x c matrix is formed."""
+        blocks = []
+        for t in self.terms:
+            f = term_factor(store[t.factors[0]]) if t.dense else kron_dense([term_factor(store[k]) for k in t.factors])
+            blocks.append(math.sqrt(t.coef) * f)
+        return np.vstack(blocks)
+
     def canonical(self, store: MatrixStore) -> tuple[str, float]:
         """(content key, scale): Grams equal up to a positive scale share the key; G = scale * G_key."""
         scale = self.trace

@@ -217,7 +217,9 @@ def plan_max(
     allocation = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
     plan = Plan(
         schema, workload, method, budget, list(wplan.views), list(wplan.keys), np.ones(len(wplan.views)), losses,
-        np.zeros(len(wplan.views)), allocation, wplan.solutions, wplan.workload_views,
+        # mechanisms stored as they are: their keys are the weighted decomposition's, whose query
+        # factors the plan's workload does not have (querysmasher.queryfactor)
+        np.zeros(len(wplan.views)), allocation, {k: dataclasses.replace(s, query_factor=None) for k, s in wplan.solutions.items()}, wplan.workload_views,
         {"max_objective": time.perf_counter() - t0}, list(wplan.notes), "max",
     )
     value = plan.max_variance[0]

@@ -9,7 +9,9 @@ whose privacy Gram is X / sigma^2, so the plan's allocation bounds the total pri
 X^(1/2) is applied implicitly: factor by factor (mode products) for Kronecker mechanisms, by FFT for
 Fourier ones, and by one symmetric square root for dense ones; x_A' is the view's marginal counted
 from the records, never the full domain vector. A low-rank mechanism X = V diag(s) V^T releases
-y_A' = diag(s)^(1/2) V^T x_A' + N(0, sigma^2 I): r values, with the same privacy Gram X / sigma^2.
+y_A' = W diag(s)^(1/2) V^T x_A' + N(0, sigma^2 I): r values, with the same privacy Gram X / sigma^2
+(W: the mechanism's orthogonal ``rotation``, the identity unless it was re-derived from its query
+factor, :mod:`querysmasher.queryfactor`).
 
 Noise comes from :mod:`querysmasher.noise`: OpenDP's floating-point-safe sampler (OS entropy) for
 releases, numpy's fast generator for seeded experiments (a seeded release is marked as such). The measurement file holds the noisy
@@ -57,6 +59,7 @@ class _Roots:
             v, s = mech.mats
             nz = s > 0
             self.v, self.root_s = v[:, nz], np.sqrt(s[nz])
+            self.rot = None if mech.rotation is None else mech.rotation[:, nz]  # B = W diag(s)^(1/2) V^T
         else:
             w = mech.mats[0]
             self.sqrt_w = np.sqrt(w)
@@ -69,9 +72,12 @@ class _Roots:
             return kron_apply(mats, x, m.sizes) if mats else x.copy()
         if m.kind == "dense":
             return (self.pinv_sqrt if inverse else self.sqrt)[0] @ x
-        if m.kind == "lowrank":  # B = diag(s)^(1/2) V^T (r x c) and its pseudo-inverse V diag(s)^(-1/2)
+        if m.kind == "lowrank":  # B = W diag(s)^(1/2) V^T (r x c) and its pseudo-inverse V diag(s)^(-1/2) W^T
             scale = self.root_s.reshape((-1,) + (1,) * (x.ndim - 1))
-            return self.v @ (x / scale) if inverse else scale * (self.v.T @ x)
+            if inverse:
+                return self.v @ ((x if self.rot is None else self.rot.T @ x) / scale)
+            y = scale * (self.v.T @ x)
+            return y if self.rot is None else self.rot @ y
         # X = F^H diag(w) F with F the unnormalised DFT: X^(1/2) x = sqrt(c) IFFT(sqrt(w) FFT(x)).
         c = m.cells
         batch = x.shape[1:]
@@ -89,7 +95,7 @@ def _roots(mech: ViewMechanism) -> _Roots:
 
 
 def sqrt_apply(mech: ViewMechanism, x: np.ndarray) -> np.ndarray:
-    """B x for the measured operator B with B^T B = X: X^(1/2) x, or diag(s)^(1/2) V^T x (r rows) for
+    """B x for the measured operator B with B^T B = X: X^(1/2) x, or W diag(s)^(1/2) V^T x (r rows) for
     a lowrank mechanism (x: cells, or cells x batch)."""
     return _roots(mech).apply(x, inverse=False)
 

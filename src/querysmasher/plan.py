@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -240,13 +241,19 @@ def save_plan(plan: Plan, path) -> None:
         sols = new_group(f, "solutions")
         for key, s in sorted(plan.solutions.items()):
             g = new_group(sols, key)
-            write_solution(g, s)
+            write_solution(g, s, compact=True)
 
 
-def write_solution(g, s: ViewSolution) -> None:
-    """Store one ViewSolution in an HDF5 group (used by plan files and per-solve cache files)."""
+def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
+    """Store one ViewSolution in an HDF5 group (used by plan files and per-solve cache files).
+
+    A lowrank solution held over its query factor (``query_factor``) keeps L beside its arrays
+    (solve files); with ``compact`` (plan files) L alone (``storage = "query-factor"``). Wherever L
+    is present it defines the operator, B = L^T F: :func:`load_plan` and the workflow's allocate
+    re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`)."""
     from .io import put
 
+    compact = compact and s.query_factor is not None
     g.attrs["kind"] = s.mechanism.kind
     g.attrs["loss"] = s.loss
     g.attrs["lower_bound"] = s.lower_bound
@@ -254,27 +261,50 @@ def write_solution(g, s: ViewSolution) -> None:
     g.attrs["solver"] = s.solver
     g.attrs["note"] = s.note
     put(g, "sizes", np.array(s.mechanism.sizes, dtype=np.int64))
+    if s.query_factor is not None:
+        put(g, "l", s.query_factor)
+    if compact:
+        g.attrs["storage"] = "query-factor"
+        return
     for i, m in enumerate(s.mechanism.mats):
         put(g, f"m{i}", m)
+    if s.mechanism.rotation is not None:
+        put(g, "rotation", s.mechanism.rotation)
 
 
 def read_solution(g) -> ViewSolution:
+    """The ViewSolution of a group written by :func:`write_solution`. A compact group (its query
+    factor only) gets a placeholder mechanism of its kind and sizes, never measured: the caller
+    re-derives it from the workload (:func:`load_plan` does, through
+    :func:`querysmasher.queryfactor.rederive_solutions`)."""
+    from .errors import InputError
     from .solvers import ViewMechanism
 
-    sizes = tuple(int(x) for x in g["sizes"][()])
-    kind = str(g.attrs["kind"])
-    count = ViewMechanism.array_count(kind, sizes)
-    mats = tuple(np.asarray(g[f"m{i}"][()]) for i in range(count))
-    return ViewSolution(
-        ViewMechanism(kind, sizes, mats), float(g.attrs["loss"]), float(g.attrs["lower_bound"]),
-        str(g.attrs["solver"]), str(g.attrs["note"]), float(g.attrs["gap"]),
-    )
+    try:
+        sizes = tuple(int(x) for x in g["sizes"][()])
+        kind = str(g.attrs["kind"])
+        L = np.asarray(g["l"][()]) if "l" in g else None
+        if g.attrs.get("storage") == "query-factor":
+            if kind != "lowrank" or L is None or L.ndim != 2:
+                raise InputError("plan solution", g.name, "is stored as a query factor but is not a lowrank mechanism with a 2-D factor l")
+            mechanism = ViewMechanism(kind, sizes, (np.zeros((math.prod(sizes), L.shape[1])), np.zeros(L.shape[1])))
+        else:
+            count = ViewMechanism.array_count(kind, sizes)
+            rot = np.asarray(g["rotation"][()]) if "rotation" in g else None
+            mechanism = ViewMechanism(kind, sizes, tuple(np.asarray(g[f"m{i}"][()]) for i in range(count)), rotation=rot)
+        return ViewSolution(
+            mechanism, float(g.attrs["loss"]), float(g.attrs["lower_bound"]),
+            str(g.attrs["solver"]), str(g.attrs["note"]), float(g.attrs["gap"]), L,
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise InputError("plan solution", g.name, f"is malformed ({exc})") from None
 
 
 def load_plan(path) -> Plan:
     """Read a plan file written by :func:`save_plan`."""
     from .allocation import Allocation
     from .io import get_custom_queries, get_json, open_h5
+    from .queryfactor import rederive_solutions
 
     with open_h5(path, "plan") as f:
         schema = Schema.from_dict(get_json(f, "schema"))
@@ -289,6 +319,8 @@ def load_plan(path) -> Plan:
         sigma2 = v["sigma2"][()]
         losses = v["loss"][()]
         solutions = {k: read_solution(g) for k, g in f["solutions"].items()}
+        # lowrank views held over their query factor: B = L^T F with F from the file's own workload
+        solutions = rederive_solutions(workload, solutions, views, keys, losses=False)
         finite = np.isfinite(sigma2)
         costs = view_costs(keys, solutions, budget.neighbours)
         alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)

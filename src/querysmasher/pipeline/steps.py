@@ -198,6 +198,7 @@ def assemble_plan_from_files(
     from ..decompose import Decomposition, SubworkloadGram
     from ..linalg import MatrixStore
     from ..plan import assemble_plan
+    from ..queryfactor import rederive_solutions
 
     w = read_workload_file(workload_path)
     dj = json.loads(Path(decomposition_path).read_text())
@@ -213,6 +214,9 @@ def assemble_plan_from_files(
     missing = sorted({k for k, _ in keys.values()} - set(sols))
     if missing:
         raise ValueError(f"no solution for {len(missing)} subproblem(s), e.g. {missing[0]}")
+    # views held over their query factor: the operator of this workload's own F (what measure
+    # re-derives from the plan file), not of the F the solve job read (a shared subproblem file)
+    sols = rederive_solutions(w, sols, list(grams), [keys[a][0] for a in grams])
     used = {k for k, _ in keys.values()}
     plan = assemble_plan(d, sols, method, parse_budget(budget, delta), {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
     return _write_plan(plan, plan_path, plan_json_path, experiment)

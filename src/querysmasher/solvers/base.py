@@ -72,6 +72,10 @@ class ViewMechanism:
     kind: Literal["kron", "dense", "fourier", "lowrank"]
     sizes: tuple[int, ...]
     mats: tuple[np.ndarray, ...]
+    # lowrank only: an orthogonal r x r W; the measured operator is B = W diag(s)^(1/2) V^T (None: W = I).
+    # B^T B = X either way; a mechanism re-derived from its query factor (querysmasher.queryfactor)
+    # sets W so that B = L^T F whatever basis the SVD returned.
+    rotation: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("kron", "dense", "fourier", "lowrank"):
@@ -82,6 +86,8 @@ class ViewMechanism:
             v, s = self.mats
             if v.ndim != 2 or v.shape[0] != self.cells or s.shape != (v.shape[1],) or np.any(s < 0):
                 raise ValueError("a lowrank mechanism holds V (cells x r) and s (r non-negative values)")
+        if self.rotation is not None and (self.kind != "lowrank" or self.rotation.shape != (self.mats[1].shape[0],) * 2):
+            raise ValueError("a rotation is an r x r matrix of a lowrank mechanism")
 
     @staticmethod
     def array_count(kind: str, sizes: tuple[int, ...]) -> int:
@@ -224,6 +230,9 @@ class ViewSolution:
     solver: str  # which solver produced the mechanism
     note: str = ""  # e.g. why a fallback was used
     gap: float = float("nan")
+    # lowrank only: L (rows of the Gram factor F x r) with X = F^T L L^T F, what a plan file stores
+    # in place of V (querysmasher.queryfactor); None: the mechanism's arrays are stored
+    query_factor: np.ndarray | None = None
 
     def __repr__(self) -> str:
         note = f", note={self.note!r}" if self.note else ""

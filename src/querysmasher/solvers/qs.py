@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from ..decompose import SubworkloadGram, term_factor
+from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering
 from .base import ViewMechanism, ViewSolution
 from .closed_form import RPSolver, WFFSolver, _circulant_from_weights, wff_weights_1d
@@ -118,19 +118,30 @@ class QSSolver:
             warnings.warn(note, RuntimeWarning, stacklevel=2)
             logger.info("view %s: %d cells, fell back to %s (not certified), %.2f s", gram.attrs, gram.cells, best.solver, time.perf_counter() - t0)
             return ViewSolution(best.mechanism, best.loss, 0.0, f"qs/{best.solver}", note)
+        query_factor = None
         if factored:
-            r = solve_factored(_gram_factor(gram, store), target_gap=self.target_gap)
-            mech = ViewMechanism("lowrank", gram.sizes, (r.V, r.s))
+            from ..queryfactor import express_over_factor, factor_loss, holds_query_factor
+
+            F = gram.factor(store)
+            r = solve_factored(F, target_gap=self.target_gap)
+            mech, loss = ViewMechanism("lowrank", gram.sizes, (r.V, r.s)), r.loss
+            if holds_query_factor(gram):  # held as B = L^T F: a plan file stores L (rows x r), not V (cells x r)
+                mech, query_factor = express_over_factor(mech, F)
+                if query_factor is not None:
+                    loss = factor_loss(F, mech)  # of the re-derived operator, the one measure applies
         else:
             r = solve_dense(gram.dense(store), target_gap=self.target_gap)
-            mech = ViewMechanism("dense", gram.sizes, (r.X,))
-        best = min([ViewSolution(mech, r.loss, 0.0, self.name), *closed], key=lambda s: s.loss)
+            mech, loss = ViewMechanism("dense", gram.sizes, (r.X,)), r.loss
+        best = min([ViewSolution(mech, loss, 0.0, self.name), *closed], key=lambda s: s.loss)
         low = min(r.lower_bound, best.loss)
         note = "" if r.converged else f"{mech.kind} solve stopped at gap {r.gap:.2e} (target {self.target_gap:.0e})"
         logger.info(
             "view %s: %d cells, %s solve, gap %.2e, %.2f s", gram.attrs, gram.cells, mech.kind, _gap(best.loss, low), time.perf_counter() - t0
         )
-        return ViewSolution(best.mechanism, best.loss, low, best.solver if best.solver == self.name else f"qs/{best.solver}", note, _gap(best.loss, low))
+        return ViewSolution(
+            best.mechanism, best.loss, low, best.solver if best.solver == self.name else f"qs/{best.solver}", note, _gap(best.loss, low),
+            query_factor if best.mechanism is mech else None,
+        )
 
 
 def solve_memory_mb(cells: int, rows: int, factored: bool) -> float:
@@ -141,7 +152,7 @@ def solve_memory_mb(cells: int, rows: int, factored: bool) -> float:
 
 
 def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:
-    """Rows of the factor :func:`_gram_factor` would build (an upper bound on rank G), without building it."""
+    """Rows of the factor :meth:`SubworkloadGram.factor` would build (an upper bound on rank G), without building it."""
     total = 0
     for t in gram.terms:
         if t.dense:
@@ -150,21 +161,6 @@ def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:
         else:
             total += math.prod(int(np.linalg.matrix_rank(store[f], hermitian=True)) for f in t.factors)
     return total
-
-
-def _gram_factor(gram: SubworkloadGram, store: MatrixStore) -> np.ndarray:
-    """F with G = F^T F: the stacked factors of the terms, sqrt(coef) times (a subquery matrix, or the
-    Kronecker product of per-attribute eigenfactors)."""
-    from ..linalg import kron_dense
-
-    blocks = []
-    for t in gram.terms:
-        if t.dense:
-            f = term_factor(store[t.factors[0]])
-        else:
-            f = kron_dense([term_factor(store[k]) for k in t.factors])
-        blocks.append(math.sqrt(t.coef) * f)
-    return np.vstack(blocks)
 
 
 def _gap(loss: float, low: float) -> float:
