@@ -57,6 +57,16 @@ def test_spec_is_canonical_and_round_trips():
     assert again.spec == w.spec and again.views == w.views
 
 
+@pytest.mark.parametrize("weight", ["0.5", "2", "0.1234567", "1e-07", "3.0000001"])
+def test_spec_keeps_weights_exactly(weight):
+    """A plan file re-parses its workload from the spec: a weight must come back bit for bit
+    (``:g`` alone keeps six digits: 0.1234567 came back as 0.123457)."""
+    w = parse_workload(f"prefix:1@{weight}+abs:2", CPS)
+    again = parse_workload(w.spec, CPS)
+    assert again.views == w.views and again.views[0].weight == float(weight)
+    assert w.spec.startswith(f"prefix:1@{float(weight):g}") or float(f"{float(weight):g}") != float(weight)
+
+
 def test_pair_count_symmetric_on_named_pairs():
     w = parse_workload("affine:(income,sex)+abs:(income,sex)", CPS)
     assert w.query_count() == pair_count("affine", 50, 2) + pair_count("abs", 50, 2) == 51 + 50

@@ -97,7 +97,10 @@ class FamilyTerm:
             opts = f"[seed={self.seed}]" if self.family == "random" else ""
             body = ",".join(f"({','.join(sub)})" for sub in self.subsets) if self.subsets else ",".join(map(str, self.ks))
             s = f"{self.family}{opts}:{body}"
-        return s if self.weight == 1.0 else f"{s}@{self.weight:g}"
+        if self.weight == 1.0:
+            return s
+        w = f"{self.weight:g}"  # short, and exact: a plan file re-parses its workload from this text
+        return f"{s}@{w if float(w) == self.weight else repr(float(self.weight))}"
 
 
 @dataclass(frozen=True)
