@@ -154,3 +154,25 @@ def test_memory_budget_decides_the_fallback():
     assert "memory budget" in tight.note and tight.lower_bound == 0.0
     assert any("memory budget" in str(w.message) for w in caught)
     assert tight.mechanism.kind in ("fourier", "kron") and tight.loss >= roomy.loss
+
+
+def test_a_dense_mechanism_keeps_the_eigendecomposition_its_solver_computed(monkeypatch):
+    """The dense solver's eigh(X) (computed for its loss) is kept with the mechanism, so measure
+    and the variances do not redo it; it is an eigendecomposition of the stored X, truncated as
+    psd_eigh truncates."""
+    import numpy as np
+
+    from querysmasher.linalg import psd_eigh
+    from querysmasher.solvers import base, qs
+
+    monkeypatch.setattr(qs, "PRIME_EIGH_CELLS", 1)
+    w = parse_workload("random:2", parse_schema("synthetic:n=5,d=2"))
+    d = decompose(w)
+    (g,) = [g for g in d.distinct().values() if len(g.sizes) == 2]
+    sol = get_solver("qs", lowrank="never").solve(g, d.store)
+    assert sol.mechanism.kind == "dense" and sol.mechanism in base._PRIMED_EIGH
+    (x,) = sol.mechanism.mats
+    (kept,) = sol.mechanism.eigh()
+    (fresh,) = [psd_eigh(x)]
+    assert kept[0].shape == fresh[0].shape and np.allclose(kept[0], fresh[0], rtol=1e-10)
+    assert np.allclose((kept[1] * kept[0]) @ kept[1].T, x, atol=1e-12)

@@ -25,7 +25,7 @@ import logging
 import math
 import secrets
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,9 +52,7 @@ class _Roots:
     def __init__(self, mech: ViewMechanism):
         self.mech = mech
         if mech.kind in ("kron", "dense"):
-            eig = mech.eigh()  # one eigendecomposition per matrix for both roots (and the variances)
-            self.sqrt = [psd_power(m, 0.5, eig=e) for m, e in zip(mech.mats, eig)]
-            self.pinv_sqrt = [psd_power(m, -0.5, eig=e) for m, e in zip(mech.mats, eig)]
+            pass  # roots on first use (variances need only the inverse one), from one eigh per matrix
         elif mech.kind == "lowrank":
             v, s = mech.mats
             nz = s > 0
@@ -64,6 +62,14 @@ class _Roots:
             w = mech.mats[0]
             self.sqrt_w = np.sqrt(w)
             self.pinv_sqrt_w = np.where(w > 0, 1.0 / np.where(w > 0, self.sqrt_w, 1.0), 0.0)
+
+    @cached_property
+    def sqrt(self) -> list[np.ndarray]:
+        return [psd_power(m, 0.5, eig=e) for m, e in zip(self.mech.mats, self.mech.eigh())]
+
+    @cached_property
+    def pinv_sqrt(self) -> list[np.ndarray]:
+        return [psd_power(m, -0.5, eig=e) for m, e in zip(self.mech.mats, self.mech.eigh())]
 
     def apply(self, x: np.ndarray, inverse: bool) -> np.ndarray:
         m = self.mech

@@ -42,7 +42,8 @@ def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> 
         i = measured[sub]
         s = subquery_matrix(q, sizes, keep)
         mech = plan.solutions[plan.keys[i]].mechanism
-        z = mech.pinv_factor().T @ s.T if mech.kind == "lowrank" else pinv_sqrt_apply(mech, s.T)
+        # X^+ = E E^T: E (cells x rank) needs no c x c product (the dense root costs a c^3 one)
+        z = mech.pinv_factor().T @ s.T if mech.kind in ("lowrank", "dense") else pinv_sqrt_apply(mech, s.T)
         out += plan.allocation.sigma2[i] * np.sum(z * z, axis=0)
     return out
 

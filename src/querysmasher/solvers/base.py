@@ -27,6 +27,7 @@ must mean, plugins) is in ``docs/solvers.md``; :mod:`querysmasher.testing` check
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Protocol
@@ -36,7 +37,7 @@ import numpy as np
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, content_hash, kron_dense, pinv_psd, psd_eigh  # pinv_psd: re-exported, solvers import it from here
 
-__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd", "shared_psd_eigh"]
+__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd", "shared_psd_eigh", "prime_eigh"]
 
 
 _SMALL_EIGH: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # content hash -> psd_eigh, for Kronecker factors
@@ -57,6 +58,20 @@ def shared_psd_eigh(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             _SMALL_EIGH.clear()
         hit = _SMALL_EIGH[key] = psd_eigh(m)
     return hit
+
+
+# Eigendecompositions a solver computed anyway (the dense solver's loss needs eigh(X)), kept as
+# long as their mechanism: a 1,600-cell eigh costs about a second on 2 cores, and measure, the
+# variances and the max-variance report would otherwise redo it.
+_PRIMED_EIGH: "weakref.WeakKeyDictionary[ViewMechanism, list]" = weakref.WeakKeyDictionary()
+
+
+def prime_eigh(mech: "ViewMechanism", eig: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Give ``mech`` the :func:`~querysmasher.linalg.psd_eigh` of its matrices, computed elsewhere
+    (with the same truncation policy: :func:`~querysmasher.linalg.psd_truncate`)."""
+    if mech.kind not in ("kron", "dense") or len(eig) != len(mech.mats):
+        raise ValueError("eig must hold one (w, V) per matrix of a kron or dense mechanism")
+    _PRIMED_EIGH[mech] = eig
 
 
 @lru_cache(maxsize=64)
@@ -123,7 +138,8 @@ class ViewMechanism:
         and every other power come from these."""
         if self.kind not in ("kron", "dense"):
             raise ValueError(f"eigh is for kron and dense mechanisms, not {self.kind}")
-        return _mechanism_eigh(self)
+        primed = _PRIMED_EIGH.get(self)
+        return primed if primed is not None else _mechanism_eigh(self)
 
     def max_diag(self) -> float:
         """Privacy cost of the mechanism: the largest diagonal entry of X."""

@@ -34,8 +34,8 @@ import warnings
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, centering
-from .base import ViewMechanism, ViewSolution
+from ..linalg import MatrixStore, centering, psd_truncate
+from .base import ViewMechanism, ViewSolution, prime_eigh
 from .closed_form import RPSolver, WFFSolver, _circulant_from_weights, wff_weights_1d
 from .sdp import solve_dense, solve_factored
 
@@ -50,6 +50,9 @@ DEFAULT_MEMORY_FRACTION = 0.25  # default memory budget of one view's solve: thi
 # dense one ~6 c x c arrays (G, its eigenvectors, X, the Hessian and its Cholesky factor).
 FACTORED_ARRAYS = 10
 DENSE_ARRAYS = 6
+# dense mechanisms from this many cells keep the eigendecomposition the solver computed (a c x c
+# copy: worth it where an eigh costs more than a fraction of a second)
+PRIME_EIGH_CELLS = 1024
 LOWRANK_MAX_FRACTION = 0.5  # the factored solver is used when rank(G) <= this fraction of the cells
 # 1-D factors are cheap and their gaps compound in a Kronecker product (a k-way view's relative gap
 # is about the sum of its factors'), so factors are certified much tighter than the view target.
@@ -132,6 +135,8 @@ class QSSolver:
         else:
             r = solve_dense(gram.dense(store), target_gap=self.target_gap)
             mech, loss = ViewMechanism("dense", gram.sizes, (r.X,)), r.loss
+            if r.eig is not None and gram.cells >= PRIME_EIGH_CELLS:  # eigh(X), computed for the loss
+                prime_eigh(mech, [psd_truncate(*r.eig)])
         best = min([ViewSolution(mech, loss, 0.0, self.name), *closed], key=lambda s: s.loss)
         low = min(r.lower_bound, best.loss)
         note = "" if r.converged else f"{mech.kind} solve stopped at gap {r.gap:.2e} (target {self.target_gap:.0e})"

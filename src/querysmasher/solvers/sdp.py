@@ -124,6 +124,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
+from ..linalg import eigh_sym
+
 __all__ = ["DenseSolveResult", "FactoredSolveResult", "solve_dense", "solve_factored", "dual_bound", "dual_bound_factored", "loss_of"]
 
 logger = logging.getLogger(__name__)
@@ -177,6 +179,7 @@ class DenseSolveResult:
     seconds: float
     converged: bool  # gap <= target_gap
     dual_weights: np.ndarray  # the p on the simplex that certifies lower_bound (dual_bound(G, p))
+    eig: tuple[np.ndarray, np.ndarray] | None = None  # np.linalg.eigh(X), computed for the loss anyway
 
 
 # ----------------------------------------------------------------------------- input handling
@@ -232,7 +235,7 @@ def _prepare_factor(F: np.ndarray) -> _Prepared:
     if scale <= 0:
         return _Prepared(c, 0.0, np.zeros((0, c)), np.zeros(0, dtype=int))
     f /= np.sqrt(scale)
-    e, u = np.linalg.eigh(f @ f.T)  # F F^T and F^T F share their nonzero spectrum
+    e, u = eigh_sym(f @ f.T)  # F F^T and F^T F share their nonzero spectrum
     keep = e > max(c, 32) * _EPS * e.max()
     w_all = u[:, keep].T @ f  # orthogonal rows, squared norms e: W^T W = F^T F
     kept = np.flatnonzero(diag > c * _EPS * scale)
@@ -244,7 +247,7 @@ def _prepare(G: np.ndarray) -> _Prepared:
     c = g.shape[0]
     diag = np.diag(g)
     scale = float(diag.max(initial=0.0))
-    e, v = np.linalg.eigh(g / scale if scale > 0 else g)
+    e, v = eigh_sym(g / scale if scale > 0 else g)
     _check_psd(e, "G")
     if scale <= 0:  # PSD with a zero diagonal: G == 0
         return _Prepared(c, 0.0, np.zeros((0, c)), np.zeros(0, dtype=int))
@@ -304,7 +307,12 @@ def dual_bound(G: np.ndarray, p: np.ndarray) -> float:
 
 def _loss_from_factor(W_all: np.ndarray, X: np.ndarray) -> float:
     """tr(W^T W X^+) for PSD X with range(X) ⊇ range(W^T) (checked); W^T W is G up to rounding."""
-    e, v = np.linalg.eigh(X)
+    return _loss_and_eig(W_all, X)[0]
+
+
+def _loss_and_eig(W_all: np.ndarray, X: np.ndarray) -> tuple[float, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_loss_from_factor` and the eigendecomposition of X it used."""
+    e, v = eigh_sym(X)
     top = float(np.abs(e).max(initial=0.0))
     _check_psd(e, "X")
     # eigenvalues at rounding level are zero, as for G
@@ -314,7 +322,7 @@ def _loss_from_factor(W_all: np.ndarray, X: np.ndarray) -> float:
     outside = float((wv[:, ~nz] ** 2).sum())  # ||(I - X X^+) G^½||_F^2
     if total > 0 and outside > _RANGE_RTOL**2 * total:
         raise ValueError(f"range(X) does not contain range(G): relative residual {np.sqrt(outside / total):.2e}")
-    return float(((wv[:, nz] ** 2).sum(axis=0) / e[nz]).sum())
+    return float(((wv[:, nz] ** 2).sum(axis=0) / e[nz]).sum()), (e, v)
 
 
 def loss_of(G: np.ndarray, X: np.ndarray) -> float:
@@ -355,7 +363,7 @@ class _DualPoint:
 
 
 def _dual_point(W: np.ndarray, p: np.ndarray) -> _DualPoint:
-    k, u = np.linalg.eigh(_weighted_gram(W, p), UPLO="U")
+    k, u = eigh_sym(_weighted_gram(W, p), upper=True)
     sq, floor = _root_spectrum(k)
     # with the floor, g stays finite when A is singular (p too small where range(G) needs it) and
     # the ascent step raises those p_i; such a p yields no upper bound
@@ -402,7 +410,7 @@ class _BarrierPoint:
 
 def _barrier_point(W: np.ndarray, lam: np.ndarray, mu: float) -> _BarrierPoint:
     r, c = W.shape
-    k, u = np.linalg.eigh(_weighted_gram(W, lam), UPLO="U")
+    k, u = eigh_sym(_weighted_gram(W, lam), upper=True)
     k = np.maximum(k, 0.0)
     rho = np.sqrt(mu * mu / 4 + k)
     y = mu / 2 + rho
@@ -521,7 +529,7 @@ class _Tracker:
 
 def _middle(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
     """The r x r M of a low-rank candidate X = W^T M W: A(p)^-½ ("dual") or g_mu(A) ("lowbarrier")."""
-    k, u = np.linalg.eigh(_weighted_gram(W, vec), UPLO="U")
+    k, u = eigh_sym(_weighted_gram(W, vec), upper=True)
     k = np.maximum(k, 0.0)
     if kind == "dual":
         f = 1.0 / np.sqrt(np.maximum(k, _root_spectrum(k)[1]))
@@ -532,7 +540,7 @@ def _middle(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
 
 def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
     """X(p) = W^T A^-½ W or X(lambda, mu) = mu Λ^-1 + W^T g_mu(A) W, divided by its max diagonal."""
-    k, u = np.linalg.eigh(_weighted_gram(W, vec), UPLO="U")
+    k, u = eigh_sym(_weighted_gram(W, vec), upper=True)
     k = np.maximum(k, 0.0)
     z = u.T @ W
     if kind == "dual":
@@ -693,7 +701,8 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
     x_kept = _build_x(W, kind, vec, mu)
     X = np.eye(c)
     X[np.ix_(prep.kept, prep.kept)] = x_kept
-    loss = prep.scale * _loss_from_factor(prep.W_all, X)
+    loss, eig = _loss_and_eig(prep.W_all, X)
+    loss *= prep.scale
     p = np.zeros(c)
     p[prep.kept] = best.p / best.p.sum()
     # exactly the arithmetic of dual_bound(G, p), so that the two agree to the last bit
@@ -701,7 +710,7 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
     counts["factorizations"] += 3
     gap = (loss - lower) / loss if loss > 0 else 0.0
     return DenseSolveResult(
-        X, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p
+        X, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, eig
     )
 
 
