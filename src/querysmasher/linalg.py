@@ -35,15 +35,16 @@ __all__ = [
 PSD_RTOL = 1e-10  # eigenvalues at or below PSD_RTOL x the largest are treated as 0 (the null space)
 
 
-_SCIPY_EIGH_MIN = 256  # from this order LAPACK's divide and conquer through scipy (measured below)
+_SCIPY_EIGH_MIN = 1000  # from this order LAPACK's divide and conquer through scipy (measured below)
 
 
 def eigh_sym(a: np.ndarray, upper: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """np.linalg.eigh of a symmetric matrix (its lower or ``upper`` triangle), through scipy's
-    syevd wrapper from order 256: on the 2-core machine a 1,521 x 1,521 eigh takes 0.83 s
+    syevd wrapper from order 1,000: on the 2-core machine a 1,521 x 1,521 eigh takes 0.83 s
     single-threaded there against 1.49 s in numpy (numpy and scipy ship different OpenBLAS builds;
-    the workflow's solve, measure and reconstruct jobs run single-threaded); 0.81 s vs 0.91 s on
-    two threads."""
+    the workflow's solve, measure and reconstruct jobs run single-threaded), 0.81 s vs 0.91 s on two
+    threads; at 800 they are equal, and below that numpy's is as fast single-threaded and faster on
+    two threads (397: 0.026 s vs 0.045 s)."""
     if a.shape[0] < _SCIPY_EIGH_MIN:
         return np.linalg.eigh(a, UPLO="U" if upper else "L")
     import scipy.linalg
