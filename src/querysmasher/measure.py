@@ -47,18 +47,17 @@ __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_me
 
 
 class _Roots:
-    """X^(1/2) and X^(+1/2) of one mechanism, computed once (factor-wise where possible)."""
+    """X^(1/2) and X^(+1/2) of one mechanism, computed once (factor-wise where possible); kron and
+    dense roots on first use (variances need only the inverse one), from one eigh per matrix."""
 
     def __init__(self, mech: ViewMechanism):
         self.mech = mech
-        if mech.kind in ("kron", "dense"):
-            pass  # roots on first use (variances need only the inverse one), from one eigh per matrix
-        elif mech.kind == "lowrank":
+        if mech.kind == "lowrank":
             v, s = mech.mats
             nz = s > 0
             self.v, self.root_s = v[:, nz], np.sqrt(s[nz])
             self.rot = None if mech.rotation is None else mech.rotation[:, nz]  # B = W diag(s)^(1/2) V^T
-        else:
+        elif mech.kind == "fourier":
             w = mech.mats[0]
             self.sqrt_w = np.sqrt(w)
             self.pinv_sqrt_w = np.where(w > 0, 1.0 / np.where(w > 0, self.sqrt_w, 1.0), 0.0)
