@@ -1,5 +1,8 @@
-# Stage 2 (a checkpoint): residual decomposition -> results/problems/{problem}/decomposition.json +
-# manifest.json (one per problem: every budget and seed of it shares them).
+# Stage 1 (a checkpoint): the problem's schema and workload spec -> results/problems/{problem}/
+# workload.h5, then its residual decomposition -> decomposition.json + manifest.json (a problem is
+# (schema, workload, method): every budget, seed and objective of it shares these files). One job,
+# not two: a job's process start and imports cost more than writing the workload file.
+# Every later stage reads the workload from workload.h5 (custom queries included), never the config.
 # Side effects, content-addressed and written ONLY IF ABSENT (an existing file is never touched,
 # so its mtime never changes and its solution is never redone):
 #   results/subproblems/{key}.h5  the unit-trace Gram of each distinct subproblem
@@ -10,11 +13,15 @@
 
 checkpoint decompose:
     input:
-        f"{R}/problems/{{problem}}/workload.h5",
+        workload_inputs,
     output:
+        workload=f"{R}/problems/{{problem}}/workload.h5",
         decomposition=f"{R}/problems/{{problem}}/decomposition.json",
         manifest=f"{R}/problems/{{problem}}/manifest.json",
     params:
+        schema=lambda wc: problem_of(wc).schema_spec,
+        all_numeric=lambda wc: problem_of(wc).all_numeric,
+        workload=lambda wc: problem_of(wc).workload,
         method=lambda wc: problem_of(wc).method,
         options=lambda wc: solver_options(problem_of(wc).method),
         batch_max_cells=SOLVE["batch_max_cells"],

@@ -4,11 +4,11 @@
 # peak memory come from the benchmark files of the experiment's jobs and of its solve jobs.
 # HDMM experiments release only where the full data vector fits (MEASURED, rules/common.smk).
 
-_PROBLEM_STAGES = ("workload", "decompose")  # shared by the problem's experiments (rules/common.smk)
+_PROBLEM_STAGES = ("decompose",)  # shared by the problem's experiments (rules/common.smk)
 
 
 def _stages(wc):
-    return ["workload", "decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
+    return ["decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
 
 
 def _release_inputs(wc):

@@ -125,7 +125,7 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
 
     def prints():
         return {(s, m): fingerprint.library_fingerprint(s, m, root=pkg) for s, m in
-                [("solve", "rp"), ("solve", "qs"), ("reconstruct", None), ("measure", None), ("workload", None)]}
+                [("solve", "rp"), ("solve", "qs"), ("reconstruct", None), ("measure", None), ("decompose", None)]}
 
     base = prints()
     assert all(v.startswith(__import__("querysmasher").__version__ + "+") for v in base.values())
@@ -138,7 +138,9 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     assert again[("solve", "qs")] != after[("solve", "qs")] and again[("solve", "rp")] == after[("solve", "rp")]
     (pkg / "decompose.py").write_text((pkg / "decompose.py").read_text() + "\n# edited\n")
     last = prints()
-    assert last[("solve", "rp")] != again[("solve", "rp")] and last[("workload", None)] == again[("workload", None)]
+    assert last[("solve", "rp")] != again[("solve", "rp")] and last[("decompose", None)] != again[("decompose", None)]
+    (pkg / "workload.py").write_text((pkg / "workload.py").read_text() + "\n# edited\n")  # decompose writes the workload file
+    assert prints()[("decompose", None)] != last[("decompose", None)]
 
 
 @pytest.mark.parametrize("stage, functions, libraries, not_functions", [
@@ -272,13 +274,13 @@ def test_default_configs_parse_and_plan_their_grids(tmp_path):
     fallback) and paper-table4.yaml merged over it, as from the repo root."""
     shutil.copy(REPO / "config" / "config.yaml", tmp_path / "config.yaml")
     proc = snakemake(tmp_path, "-n")
-    assert jobs_run(proc)["workload"] == 6 and jobs_run(proc)["decompose"] == 6
+    assert jobs_run(proc)["decompose"] == 6 and "workload" not in jobs_run(proc)  # decompose writes the workload file
     cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "-n", "--cores", "2",
            "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "paper-table4.yaml")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = jobs_run(proc)
-    assert jobs["workload"] == 42 and "measure" not in jobs  # 2 schemas x 7 workloads x 3 methods, plan only
+    assert jobs["decompose"] == 42 and "measure" not in jobs  # 2 schemas x 7 workloads x 3 methods, plan only
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +304,7 @@ def test_tiny_grid_runs_end_to_end(tiny_run):
     wd, proc = tiny_run
     jobs = jobs_run(proc)
     assert jobs["solve"] == 3 and jobs["solve_batch"] == 3  # per method: the 16-cell view alone, the rest batched
-    for rule in ("workload", "decompose", "allocate", "measure", "reconstruct", "evaluate"):
+    for rule in ("decompose", "allocate", "measure", "reconstruct", "evaluate"):
         assert jobs[rule] == 3, rule
     # rpplus reads workload context: its solutions are in a folder of their own (-c{workload id})
     assert sorted(p.name.split("-c")[0] for p in (wd / "results" / "solves").iterdir()) == ["rp", "rpplus", "wff"]
@@ -312,7 +314,7 @@ def test_tiny_grid_runs_end_to_end(tiny_run):
         # the plan assembled from shared files is the plan of the one-process pipeline
         assert m["predicted_rmse"] == pytest.approx(make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", method, Budget.from_beta(1.0)).rmse, rel=1e-9)
         assert m["empirical_rmse"] > 0 and m["predicted_rmse"] > 0 and m["records"] == 300
-        assert set(m["phases"]) >= {"workload", "decompose", "solve", "allocate", "measure", "reconstruct"}
+        assert set(m["phases"]) >= {"decompose", "solve", "allocate", "measure", "reconstruct"}
         assert m["peak_memory_mb"] > 0 and m["privacy"]["rho"] == 0.5
         p = json.loads((wd / "results" / name / "plan.json").read_text())
         assert p["predicted_rmse"] == pytest.approx(m["predicted_rmse"]) and {"beta", "rho", "mu", "epsilon"} <= set(p["privacy"])
@@ -379,7 +381,7 @@ def test_adding_an_experiment_with_solved_subproblems_runs_no_solve(tiny_run, tm
     jobs = jobs_run(proc)
     assert "solve" not in jobs and "solve_batch" not in jobs
     assert jobs["measure"] == 3 and jobs["allocate"] == 3  # only the new experiments
-    assert "decompose" not in jobs and "workload" not in jobs  # their problems' files are shared
+    assert "decompose" not in jobs  # their problems' files (workload, decomposition) are shared
     assert {p: p.stat().st_mtime_ns for p in solves} == solves
     assert {p: p.stat().st_mtime_ns for p in subs} == subs
 

@@ -28,8 +28,10 @@ FACADES = frozenset({"querysmasher.api"})
 
 # stage -> (library modules it runs, pipeline functions it calls as "module.function")
 STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "workload": (("querysmasher.workload", "querysmasher.io"), ("steps.write_workload_file",)),
-    "decompose": (("querysmasher.decompose", "querysmasher.solvers", "querysmasher.io"), ("steps.decompose_to_files", "hdmm_steps.decompose_hdmm")),
+    "decompose": (
+        ("querysmasher.workload", "querysmasher.decompose", "querysmasher.solvers", "querysmasher.io"),
+        ("steps.write_workload_file", "steps.decompose_to_files", "hdmm_steps.decompose_hdmm"),
+    ),
     "solve": (("querysmasher.plan", "querysmasher.io"), ("steps.solve_subproblem_files",)),
     "allocate": (("querysmasher.plan", "querysmasher.io"), ("steps.assemble_plan_from_files", "steps.plan_max_to_files", "hdmm_steps.plan_hdmm_to_files")),
     "measure": (("querysmasher.measure", "querysmasher.data"), ("steps.measure_to_file", "hdmm_steps.measure_hdmm")),
