@@ -3,7 +3,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from querysmasher.accounting import Budget, beta_for, delta_for, epsilon_for
+from querysmasher.accounting import Budget, beta_for, delta_for, epsilon_for, log_ndtr
 from querysmasher.allocation import allocate
 from querysmasher.errors import InputError
 
@@ -17,6 +17,18 @@ def _delta_direct(beta, eps):
 @pytest.mark.parametrize("eps", [0.1, 1.0, 3.0])
 def test_delta_matches_the_papers_formula(beta, eps):
     assert delta_for(beta, eps) == pytest.approx(_delta_direct(beta, eps), rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize("lo, hi", [(-1e6, -1e3), (-1e3, -40.0), (-40.0, -29.0), (-29.0, -5.0), (-5.0, 0.0), (0.0, 6.0), (6.0, 38.0)])
+def test_log_ndtr_is_scipys(lo, hi):
+    """The hand-written log Phi (the accounting's only use of scipy was its import) against
+    scipy.special.log_ndtr, across the erfc range, the asymptotic series and the switch at -30."""
+    import numpy as np
+    from scipy.special import log_ndtr as reference
+
+    xs = np.linspace(lo, hi, 4001)
+    ours = np.array([log_ndtr(float(x)) for x in xs])
+    np.testing.assert_allclose(ours, reference(xs), rtol=1e-12, atol=1e-300)
 
 
 @pytest.mark.parametrize("eps, delta", [(1.0, 1e-6), (0.5, 1e-9), (4.0, 1e-5), (10.0, 1e-10)])

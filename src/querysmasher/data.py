@@ -23,13 +23,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from .errors import InputError
 from .schema import Schema
+
+if TYPE_CHECKING:  # pandas (with pyarrow) is half a second of import: only reading a table pays it
+    import pandas as pd
 
 __all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings", "warn_dropped"]
 
@@ -119,6 +122,8 @@ def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
+    import pandas as pd
+
     p = Path(path)
     if not p.is_file():
         raise InputError("data file", str(p), "does not exist")
@@ -149,6 +154,8 @@ def _encode(col: pd.Series, name: str, size: int, enc: dict) -> tuple[np.ndarray
         if unknown.any():
             problems.append((unknown, f"hold a value not in the category list of {name!r}"))
         return codes, problems
+    import pandas as pd
+
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     nonnum = np.isnan(values) & ~missing
     if nonnum.any():
