@@ -165,3 +165,62 @@ def test_a_compact_solution_that_does_not_fit_its_workload_is_refused(tmp_path, 
             del g["l"]
     with pytest.raises(InputError, match="plan (solution|view key)"):
         load_plan(tmp_path / "p.h5")
+
+
+def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, schema, monkeypatch):
+    """A dense X is stored as the eigenpairs its solver computed (X = V diag(w) V^T): the loaded
+    operator is the planned one (brute force charges it at most beta, check_budget agrees), and
+    reading it, its variances and its measurement roots redo no eigendecomposition of X."""
+    import h5py
+
+    import querysmasher.solvers.base as base
+    from querysmasher.measure import check_budget
+    from querysmasher.variances import view_variances
+
+    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    dense = {k for k, s in plan.solutions.items() if s.mechanism.kind == "dense"}
+    assert dense
+    save_plan(plan, tmp_path / "p.h5")
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        for k in dense:
+            g = f["solutions"][k]
+            assert g.attrs["storage"] == "eigenpairs" and "m0" not in g
+    shapes = []
+    real = base.psd_eigh
+    monkeypatch.setattr(base, "psd_eigh", lambda m, *a, **kw: shapes.append(m.shape) or real(m, *a, **kw))
+    back = load_plan(tmp_path / "p.h5")
+    for k in dense:
+        assert np.allclose(back.solutions[k].mechanism.mats[0], plan.solutions[k].mechanism.mats[0], rtol=1e-10, atol=1e-12)
+    assert back.rmse == pytest.approx(plan.rmse, rel=1e-10)
+    for v in back.workload.views:
+        assert np.allclose(view_variances(back, v), view_variances(plan, v), rtol=1e-9)
+    assert check_budget(back) <= plan.budget.beta
+    big = {back.solutions[k].mechanism.cells for k in dense if back.solutions[k].mechanism.cells > 4}
+    assert not [s for s in shapes if s[0] in big]  # no eigh of a dense X
+    assert cost(applied_full_privacy_gram(back), "add-remove") <= plan.budget.beta * (1 + 1e-9)
+    assert np.allclose(applied_full_privacy_gram(back), full_privacy_gram(plan), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("edit", ["negative", "not-orthonormal", "shape", "kind"])
+def test_edited_eigenpairs_are_refused(tmp_path, schema, edit):
+    import h5py
+
+    from querysmasher.errors import InputError
+
+    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    save_plan(plan, tmp_path / "p.h5")
+    with h5py.File(tmp_path / "p.h5", "r+") as f:
+        g = next(g for g in f["solutions"].values() if g.attrs.get("storage") == "eigenpairs")
+        w, v = g["eig_w"][()], g["eig_v"][()]
+        del g["eig_w"], g["eig_v"]
+        if edit == "negative":
+            w[0] = -w[0]
+        elif edit == "not-orthonormal":
+            v[:, 0] *= 1.5
+        elif edit == "shape":
+            v = v[1:]
+        else:
+            g.attrs["kind"] = "kron"
+        g["eig_w"], g["eig_v"] = w, v
+    with pytest.raises(InputError, match="plan solution"):
+        load_plan(tmp_path / "p.h5")
