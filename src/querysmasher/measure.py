@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError
-from .linalg import kron_apply, psd_power, single_threaded_blas
+from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
 from .plan import Plan
 from .solvers.base import ViewMechanism
@@ -64,11 +64,11 @@ class _Roots:
 
     @cached_property
     def sqrt(self) -> list[np.ndarray]:
-        return [psd_power(m, 0.5, eig=e) for m, e in zip(self.mech.mats, self.mech.eigh())]
+        return self.mech.powers(0.5)
 
     @cached_property
     def pinv_sqrt(self) -> list[np.ndarray]:
-        return [psd_power(m, -0.5, eig=e) for m, e in zip(self.mech.mats, self.mech.eigh())]
+        return self.mech.powers(-0.5)
 
     def apply(self, x: np.ndarray, inverse: bool) -> np.ndarray:
         m = self.mech

@@ -15,7 +15,7 @@ import numpy as np
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
-from .linalg import kron_apply, psd_power
+from .linalg import kron_apply
 from .measure import pinv_sqrt_apply
 from .plan import Plan
 from .workload import WorkloadView
@@ -60,8 +60,8 @@ def _kron_rows_pinv_quadratic(mech, kept_q: list[np.ndarray]) -> np.ndarray:
     sizes = mech.sizes
     if mech.kind == "kron":
         part = np.ones(())
-        for qc, x, eig in zip(kept_q, mech.mats, mech.eigh()):  # eigh: cached per mechanism, shared by its views
-            part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, psd_power(x, -1, eig=eig), qc))
+        for qc, pinv in zip(kept_q, mech.powers(-1)):  # pseudo-inverses: once per distinct factor
+            part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, pinv, qc))
         return part
     if mech.kind == "fourier":
         # X = F^H diag(w) F with F F^H = c I, so X^+ = F^H diag(w^+) F / c^2 and q X^+ q^T =
