@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from .families import gram_1d, pair_query_matrix, random_query_matrix
-from .linalg import MatrixStore, centering, content_hash, kron_dense
+from .linalg import MatrixStore, centering, content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
 __all__ = [
@@ -162,6 +162,22 @@ def view_query_matrix(workload: Workload, v: WorkloadView) -> np.ndarray:
     raise ValueError(f"{v.family} is a product family; use its per-attribute factors")
 
 
+def query_gram(q: np.ndarray) -> np.ndarray:
+    """q^T q, exactly and in single precision when q is 0/1 with fewer than 2^24 rows (random and
+    pair families): every partial sum is then an integer a float32 holds, so the product (about
+    twice as fast) is exact whatever the summation order.
+
+    >>> q = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    >>> query_gram(q).tolist()
+    [[2.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 1.0]]
+    """
+    q = np.asarray(q, dtype=float)
+    if q.shape[0] < 1 << 24 and np.array_equal(q, q != 0):
+        q32 = q.astype(np.float32)
+        return (q32.T @ q32).astype(float)
+    return q.T @ q
+
+
 def subquery_matrix(q: np.ndarray, sizes: tuple[int, ...], keep: tuple[bool, ...]) -> np.ndarray:
     """q_{=>A'} for every row of q (queries over the cells of ``sizes``): average the dropped
     attributes, centre the kept ones. Paper Eq. 3; used by reconstruction and tests."""
@@ -226,7 +242,15 @@ def decompose(workload: Workload) -> Decomposition:
             # max |q^T q| is its largest diagonal entry (PSD): no c x c Gram is needed for the tolerance
             tol = 1e-12 * max(1.0, float(np.einsum("ij,ij->j", q, q).max(initial=0.0)))
             parts = []
+            # Tall q (random: 3 rows per cell): its c x c Gram once, projected per residual view,
+            # costs one product instead of one per view; wide q keeps each view's factor.
+            g = query_gram(q) if q.shape[0] >= q.shape[1] else None
             for keep in itertools.product((False, True), repeat=k):
+                if g is not None:
+                    p = project_gram(g, sizes, keep)
+                    key, scale = store.intern(p, zero_tol=tol) if any(keep) else (None, float(p[0, 0]))
+                    parts.append((keep, key, scale))
+                    continue
                 f = subquery_matrix(q, sizes, keep)  # the projected Gram is f^T f (project_gram of q^T q)
                 if not sum(keep):
                     key, scale = None, float(np.sum(f * f))
