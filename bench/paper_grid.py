@@ -2,8 +2,8 @@
 
 Runs each table's config in turn from the repository root, cold (``--cold`` removes ``results/``
 first), then again with nothing changed, and records per table the wall time of both runs, the
-number of jobs run (per rule), and the largest peak RSS of any job (from the rules' ``benchmark:``
-files). With ``--budget-change N`` it then runs table N's config with every budget halved (a copy
+number of jobs run (per rule), the summed job time per rule and the largest peak RSS of any job
+(both from the rules' ``benchmark:`` files). With ``--budget-change N`` it then runs table N's config with every budget halved (a copy
 under bench/out/) and reports which rules ran: allocation and later stages only, when the
 experiments' problems (workload, decomposition) and solves are shared. Prints one JSON line per run
 and writes ``bench/out/paper_grid.json``. Usage:
@@ -27,19 +27,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def peak_rss_mb(since: float) -> float:
-    """The largest max_rss of any benchmark file written after ``since`` (Snakemake's per-job record)."""
-    best = 0.0
-    for tsv in (ROOT / "results" / "benchmarks").rglob("*.tsv"):
+def benchmark_rows(since: float):
+    """(rule, row) of every benchmark file under results/ written after ``since`` (Snakemake's
+    per-job record; the rule is the file's stem, solve jobs are ``solve`` and solve batches ``batch``)."""
+    for tsv in (ROOT / "results").glob("**/benchmarks/**/*.tsv"):
         if tsv.stat().st_mtime < since:
             continue
+        rule = "batch" if tsv.stem.startswith("batch-") else ("solve" if "solve" in tsv.parts else tsv.stem)
         with tsv.open() as f:
             for row in csv.DictReader(f, delimiter="\t"):
-                try:
-                    best = max(best, float(row.get("max_rss", "nan")))
-                except ValueError:
-                    pass
-    return best
+                yield rule, row
+
+
+def _number(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def peak_rss_mb(since: float) -> float:
+    """The largest max_rss of any job whose benchmark file was written after ``since``."""
+    return max((v for _, row in benchmark_rows(since) if (v := _number(row.get("max_rss"))) == v), default=0.0)
+
+
+def job_seconds_by_rule(since: float) -> dict[str, dict]:
+    """Per rule, the jobs and their summed wall time since ``since``: where a run's time goes."""
+    out: dict[str, dict] = {}
+    for rule, row in benchmark_rows(since):
+        r = out.setdefault(rule, {"jobs": 0, "seconds": 0.0})
+        r["jobs"] += 1
+        r["seconds"] = round(r["seconds"] + _number(row.get("s")), 1)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["seconds"]))
 
 
 def jobs_by_rule(log: str) -> dict[str, int]:
@@ -75,7 +94,8 @@ def run(table: int, cores: str, cfg: str | None = None) -> dict:
         raise SystemExit(f"table {table}: snakemake exit {proc.returncode}")
     m = re.search(r"(\d+) of (\d+) steps \(100%\) done", log)
     return {"table": table, "wall_seconds": round(wall, 1), "jobs": int(m.group(2)) if m else 0,
-            "rules": jobs_by_rule(log), "peak_job_rss_mb": round(peak_rss_mb(t0), 1)}
+            "rules": jobs_by_rule(log), "peak_job_rss_mb": round(peak_rss_mb(t0), 1),
+            "job_seconds": job_seconds_by_rule(t0)}
 
 
 def main() -> None:
