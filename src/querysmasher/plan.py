@@ -250,7 +250,9 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
     A lowrank solution held over its query factor (``query_factor``) keeps L beside its arrays
     (solve files); with ``compact`` (plan files) L alone (``storage = "query-factor"``). Wherever L
     is present it defines the operator, B = L^T F: :func:`load_plan` and the workflow's allocate
-    re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`)."""
+    re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`).
+    A dense X is stored, and read back, as the lowrank mechanism of its eigenpairs (the same X;
+    ``storage = "eigenpairs"``)."""
     from .io import put
 
     compact = compact and s.query_factor is not None
@@ -266,39 +268,22 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
     if compact:
         g.attrs["storage"] = "query-factor"
         return
-    if s.mechanism.kind == "dense":
-        # X as its eigenpairs (what the dense solver computed anyway): X = V diag(w) V^T. Every
-        # reader (allocate's variance report, measure, reconstruct) then starts from them instead
-        # of redoing a c^3 eigendecomposition: 820 of them per random:1,2 plan on [20]^40.
-        w, v = s.mechanism.eigh()[0]
+    mech = s.mechanism
+    if mech.kind == "dense":
+        # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
+        # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
+        # c x c product (allocate's variance report, measure, reconstruct; 820 views per random:1,2
+        # plan on [20]^40), and the release measures r = rank(X) values, not c.
+        from .solvers.base import ViewMechanism
+
+        g.attrs["kind"] = "lowrank"
         g.attrs["storage"] = "eigenpairs"
-        put(g, "eig_w", w)
-        put(g, "eig_v", v)
-        return
-    for i, m in enumerate(s.mechanism.mats):
+        w, v = mech.eigh()[0]
+        mech = ViewMechanism("lowrank", mech.sizes, (v, w))
+    for i, m in enumerate(mech.mats):
         put(g, f"m{i}", m)
-    if s.mechanism.rotation is not None:
-        put(g, "rotation", s.mechanism.rotation)
-
-
-def _dense_from_eigenpairs(g, sizes: tuple[int, ...]):
-    """The dense mechanism X = V diag(w) V^T of a group stored as eigenpairs, primed with them (so
-    that its roots and pseudo-inverse factor need no eigendecomposition). Refused (InputError) unless
-    w is positive and V (cells x r) orthonormal: the variances assume it (the privacy cost does not:
-    it is recomputed from X, the operator measure applies)."""
-    from .errors import InputError
-    from .solvers.base import ViewMechanism, prime_eigh
-
-    w, v = np.asarray(g["eig_w"][()], dtype=float), np.asarray(g["eig_v"][()], dtype=float)
-    cells = math.prod(sizes)
-    if w.ndim != 1 or v.shape != (cells, w.shape[0]) or not (np.all(np.isfinite(w)) and np.all(w > 0) and np.all(np.isfinite(v))):
-        raise InputError("plan solution", g.name, f"holds eigenpairs of shapes {w.shape}, {v.shape} (expected positive r values and a {cells} x r matrix)")
-    if w.size and float(np.abs(v.T @ v - np.eye(w.size)).max()) > 1e-8:
-        raise InputError("plan solution", g.name, "holds eigenvectors that are not orthonormal")
-    x = (v * w) @ v.T
-    mech = ViewMechanism("dense", sizes, ((x + x.T) / 2,))
-    prime_eigh(mech, [(w, v)])
-    return mech
+    if mech.rotation is not None:
+        put(g, "rotation", mech.rotation)
 
 
 def read_solution(g) -> ViewSolution:
@@ -317,10 +302,6 @@ def read_solution(g) -> ViewSolution:
             if kind != "lowrank" or L is None or L.ndim != 2:
                 raise InputError("plan solution", g.name, "is stored as a query factor but is not a lowrank mechanism with a 2-D factor l")
             mechanism = ViewMechanism(kind, sizes, (np.zeros((math.prod(sizes), L.shape[1])), np.zeros(L.shape[1])))
-        elif g.attrs.get("storage") == "eigenpairs":
-            if kind != "dense":
-                raise InputError("plan solution", g.name, f"is stored as eigenpairs but is a {kind} mechanism")
-            mechanism = _dense_from_eigenpairs(g, sizes)
         else:
             count = ViewMechanism.array_count(kind, sizes)
             rot = np.asarray(g["rotation"][()]) if "rotation" in g else None
