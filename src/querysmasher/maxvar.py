@@ -191,9 +191,14 @@ def _marginal_cell_variance(plan, v: WorkloadView) -> float:
         us = [np.eye(1, sizes[a]).ravel() - 1.0 / sizes[a] for a in sub]
         if mech.kind == "kron":
             quad = math.prod(float(u @ _pinv_of(m) @ u) for u, m in zip(us, mech.mats))
+        elif not us:
+            quad = 1.0 / float(mech.dense_x()[0, 0])
+        elif mech.kind in ("dense", "lowrank"):  # X^+ = E E^T: no c x c pseudo-inverse
+            z = mech.pinv_factor().T @ kron_dense([u[None, :] for u in us]).ravel()
+            quad = float(z @ z)
         else:
             u = kron_dense([u[None, :] for u in us]).ravel()
-            quad = float(u @ _pinv_of(mech.mats[0] if mech.kind == "dense" else mech.dense_x()) @ u) if us else 1.0 / float(mech.dense_x()[0, 0])
+            quad = float(u @ _pinv_of(mech.dense_x()) @ u)
         dropped = math.prod(1.0 / sizes[a] ** 2 for a, k in zip(v.attrs, keep) if not k)
         total += float(plan.allocation.sigma2[i]) * dropped * quad
     return total

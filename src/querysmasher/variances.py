@@ -42,10 +42,24 @@ def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> 
         i = measured[sub]
         s = subquery_matrix(q, sizes, keep)
         mech = plan.solutions[plan.keys[i]].mechanism
-        # X^+ = E E^T: E (cells x rank) needs no c x c product (the dense root costs a c^3 one)
-        z = mech.pinv_factor().T @ s.T if mech.kind in ("lowrank", "dense") else pinv_sqrt_apply(mech, s.T)
-        out += plan.allocation.sigma2[i] * np.sum(z * z, axis=0)
+        out += plan.allocation.sigma2[i] * _rows_pinv_quadratic(mech, s)
     return out
+
+
+def _rows_pinv_quadratic(mech, s: np.ndarray) -> np.ndarray:
+    """s X^+ s^T for every row of s (queries over the mechanism's cells)."""
+    if mech.kind in ("lowrank", "dense"):
+        # X^+ = E E^T: E (cells x rank) needs no c x c product (the dense root costs a c^3 one)
+        z = mech.pinv_factor().T @ s.T
+        return np.sum(z * z, axis=0)
+    if mech.kind == "fourier":
+        # X^+ = F^H diag(w^+) F / c^2 (F F^H = c I): one FFT per query, not the root's FFT and inverse
+        w = mech.mats[0]
+        w_pinv = np.where(w > 0, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+        f = np.fft.fftn(s.reshape((s.shape[0],) + tuple(mech.sizes)), axes=tuple(range(1, len(mech.sizes) + 1)))
+        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ w_pinv.ravel() / mech.cells**2
+    z = pinv_sqrt_apply(mech, s.T)
+    return np.sum(z * z, axis=0)
 
 
 _CHUNK_BYTES = 64 << 20  # per-query variances are accumulated over blocks of at most this size
