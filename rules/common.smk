@@ -221,6 +221,16 @@ def solve_context(file_id):
     return inner
 
 
+def solve_priority(file_id):
+    """A solve job's scheduling priority: its estimated seconds (whole), so that among ready jobs
+    the longest solves start first and the grid does not end waiting for one started last."""
+
+    def inner(wildcards):
+        return int(solve_entry(wildcards.ns, file_id(wildcards))["cost"].get("seconds", 0))
+
+    return inner
+
+
 def solve_resource(file_id, what):
     def inner(wildcards, attempt):
         cost = solve_entry(wildcards.ns, file_id(wildcards))["cost"]

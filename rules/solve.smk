@@ -7,7 +7,8 @@
 # {ns} is the method (+ -o{hash} of solver options, + -c{workload id} for solvers that read
 # workload context via prepare(), which then re-run the deterministic decomposition of an
 # experiment's workload.h5, an ancient() input so its mtime never triggers a re-solve).
-# resources come from the manifest's cost estimate (doubled on a retry).
+# resources come from the manifest's cost estimate (doubled on a retry), and so does the priority:
+# the longest solves start first.
 
 
 def _key(wc):
@@ -33,6 +34,7 @@ rule solve:
     benchmark:
         f"{R}/benchmarks/solve/{{ns}}/{{key}}.tsv"
     threads: SOLVE["threads"]
+    priority: solve_priority(_key)  # longest first
     resources:
         mem_mb=solve_resource(_key, "mem_mb"),
         runtime=solve_resource(_key, "runtime"),
@@ -56,6 +58,7 @@ rule solve_batch:
     benchmark:
         f"{R}/benchmarks/solve/{{ns}}/batch-{{bid}}.tsv"
     threads: 1
+    priority: solve_priority(_batch)
     resources:
         mem_mb=solve_resource(_batch, "mem_mb"),
         runtime=solve_resource(_batch, "runtime"),
