@@ -3,10 +3,12 @@
 Runs each table's config in turn from the repository root, cold (``--cold`` removes ``results/``
 first), then again with nothing changed, and records per table the wall time of both runs, the
 number of jobs run (per rule), the summed job time per rule and the largest peak RSS of any job
-(both from the rules' ``benchmark:`` files). With ``--budget-change N`` it then runs table N's config with every budget halved (a copy
-under bench/out/) and reports which rules ran: allocation and later stages only, when the
-experiments' problems (workload, decomposition) and solves are shared. Prints one JSON line per run
-and writes ``bench/out/paper_grid.json``. Usage:
+(both from the rules' ``benchmark:`` files). With ``--budget-change N`` it then runs table N's
+config with every budget halved (a copy under bench/out/) and reports which rules ran: allocation
+and later stages only, when the experiments' problems (workload, decomposition) and solves are
+shared. That run rewrites ``results/paper/tableN.*`` for the halved budgets (every RMSE x sqrt(2)):
+rerun table N to restore them. Prints one JSON line per run and writes ``bench/out/paper_grid.json``.
+Usage:
 
     python bench/paper_grid.py [--cold] [--tables 2,3,4,5,6,7] [--cores all] [--budget-change 2]
 
