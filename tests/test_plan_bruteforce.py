@@ -223,3 +223,43 @@ def test_edited_eigenpairs_are_refused(tmp_path, schema, edit):
         g["m0"], g["m1"] = v, w
     with pytest.raises(InputError, match="plan solution"):
         load_plan(tmp_path / "p.h5")
+
+
+def test_a_rotation_that_is_not_orthogonal_is_refused(tmp_path, schema):
+    """A lowrank group with an added rotation W: measure would apply B = W diag(s)^(1/2) V^T,
+    which costs more than the stored V s V^T unless W is orthogonal, so check_budget refuses it."""
+    import h5py
+
+    from querysmasher.errors import InputError
+    from querysmasher.measure import check_budget
+
+    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    save_plan(plan, tmp_path / "p.h5")
+    with h5py.File(tmp_path / "p.h5", "r+") as f:
+        g = next(g for g in f["solutions"].values() if g.attrs.get("storage") == "eigenpairs")
+        g["rotation"] = 10.0 * np.eye(g["m1"].shape[0])
+    back = load_plan(tmp_path / "p.h5")
+    with pytest.raises(InputError, match="rotation"):
+        check_budget(back)
+
+
+def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, schema, monkeypatch):
+    """Above EXACT_PAIR_CELLS a lowrank replace cost is a bound (about twice the exact one for
+    X = I), a dense one exact: such views keep their X, and the reloaded plan's replace cost is the
+    planned one (here with the limit lowered to 8 cells)."""
+    import h5py
+
+    import querysmasher.solvers.base as base
+    from querysmasher.measure import check_budget
+
+    monkeypatch.setattr(base, "EXACT_PAIR_CELLS", 8)
+    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5).with_neighbours("replace"))
+    big = {k for k, s in plan.solutions.items() if s.mechanism.kind == "dense" and s.mechanism.cells > 8}
+    assert big
+    save_plan(plan, tmp_path / "p.h5")
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        assert all(f["solutions"][k].attrs["kind"] == "dense" and "m0" in f["solutions"][k] for k in big)
+    back = load_plan(tmp_path / "p.h5")
+    for k in big:
+        assert back.solutions[k].mechanism.replace_cost() == pytest.approx(plan.solutions[k].mechanism.replace_cost(), rel=1e-12)
+    assert check_budget(back) <= plan.budget.beta

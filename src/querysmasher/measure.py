@@ -131,6 +131,11 @@ def applied_mechanism(mech: ViewMechanism) -> ViewMechanism:
         w = mech.mats[0]
         if tuple(w.shape) != tuple(mech.sizes) or np.any(w < 0):
             raise InputError("plan mechanism", "fourier", f"weights must be non-negative over shape {mech.sizes}")
+    if mech.kind == "lowrank" and mech.rotation is not None:
+        # B = W diag(s)^(1/2) V^T costs max diag(V s V^T), as charged, only for an orthogonal W
+        rot = mech.rotation
+        if not np.all(np.isfinite(rot)) or float(np.abs(rot.T @ rot - np.eye(rot.shape[0])).max(initial=0.0)) > 1e-8:
+            raise InputError("plan mechanism", "lowrank", "has a rotation W that is not orthogonal (B = W diag(s)^(1/2) V^T would cost more than the stored X)")
     return mech
 
 
