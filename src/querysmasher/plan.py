@@ -251,8 +251,8 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
     (solve files); with ``compact`` (plan files) L alone (``storage = "query-factor"``). Wherever L
     is present it defines the operator, B = L^T F: :func:`load_plan` and the workflow's allocate
     re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`).
-    A dense X is stored, and read back, as the lowrank mechanism of its eigenpairs (the same X;
-    ``storage = "eigenpairs"``)."""
+    A dense X of at most ``EXACT_PAIR_CELLS`` cells is stored, and read back, as the lowrank
+    mechanism of its eigenpairs (the same X; ``storage = "eigenpairs"``)."""
     from .io import put
 
     compact = compact and s.query_factor is not None
@@ -269,17 +269,19 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         g.attrs["storage"] = "query-factor"
         return
     mech = s.mechanism
-    if mech.kind == "dense":
+    from .solvers import base
+
+    if mech.kind == "dense" and mech.cells <= base.EXACT_PAIR_CELLS:
         # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
         # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
         # c x c product (allocate's variance report, measure, reconstruct; 820 views per random:1,2
-        # plan on [20]^40), and the release measures r = rank(X) values, not c.
-        from .solvers.base import ViewMechanism
-
+        # plan on [20]^40), and the release measures r = rank(X) values, not c. Up to
+        # EXACT_PAIR_CELLS cells only, where both kinds' replace costs are exact (above, a lowrank
+        # one is bounded, about twice the exact value for X = I).
         g.attrs["kind"] = "lowrank"
         g.attrs["storage"] = "eigenpairs"
         w, v = mech.eigh()[0]
-        mech = ViewMechanism("lowrank", mech.sizes, (v, w))
+        mech = base.ViewMechanism("lowrank", mech.sizes, (v, w))
     for i, m in enumerate(mech.mats):
         put(g, f"m{i}", m)
     if mech.rotation is not None:
