@@ -234,3 +234,19 @@ def test_view_variance_memo_equals_per_view_variances(method, perturb):
         assert memo.hits == 0  # every residual view has its own noise scale now
     else:
         assert memo.hits > 0
+
+
+@pytest.mark.parametrize("sizes", [(5,), (4, 3), (3, 2, 4)])
+def test_fourier_query_variances_are_those_of_the_applied_root(sizes):
+    """One FFT per query gives |Re(X^(+1/2)) q|^2, what reconstruct's root applies, also for weights
+    that are not symmetric under f -> -f (WFF's are; a plug-in's need not be)."""
+    from querysmasher.measure import pinv_sqrt_apply
+    from querysmasher.solvers import ViewMechanism
+    from querysmasher.variances import _rows_pinv_quadratic
+
+    rng = np.random.default_rng(1)
+    w = rng.random(sizes)
+    w.flat[3] = 0.0
+    mech = ViewMechanism("fourier", sizes, (w,))
+    q = rng.standard_normal((7, mech.cells))
+    np.testing.assert_allclose(_rows_pinv_quadratic(mech, q), np.sum(pinv_sqrt_apply(mech, q.T) ** 2, axis=0), rtol=1e-12)

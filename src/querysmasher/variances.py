@@ -53,11 +53,17 @@ def _rows_pinv_quadratic(mech, s: np.ndarray) -> np.ndarray:
         z = mech.pinv_factor().T @ s.T
         return np.sum(z * z, axis=0)
     if mech.kind == "fourier":
-        # X^+ = F^H diag(w^+) F / c^2 (F F^H = c I): one FFT per query, not the root's FFT and inverse
+        # reconstruct applies Re(X^(+1/2)) = F^H diag(a) F / c with a = (r(f) + r(-f)) / 2 and
+        # r = (w^+)^(1/2) (r itself when w is symmetric, as WFF's are): |Re(X^(+1/2)) q|^2 =
+        # sum_f a^2 |F q|^2 / c^2, one FFT per query, not the root's FFT and inverse
         w = mech.mats[0]
-        w_pinv = np.where(w > 0, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+        r = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
+        mirrored = r
+        for axis, n in enumerate(r.shape):
+            mirrored = np.take(mirrored, (-np.arange(n)) % n, axis=axis)
+        a2 = ((r + mirrored) / 2) ** 2
         f = np.fft.fftn(s.reshape((s.shape[0],) + tuple(mech.sizes)), axes=tuple(range(1, len(mech.sizes) + 1)))
-        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ w_pinv.ravel() / mech.cells**2
+        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ a2.ravel() / mech.cells**2
     z = pinv_sqrt_apply(mech, s.T)
     return np.sum(z * z, axis=0)
 
