@@ -151,10 +151,8 @@ _PINV_CACHE: dict[str, np.ndarray] = {}  # content hash of a mechanism matrix ->
 def _pinv_of(m: np.ndarray) -> np.ndarray:
     """The pseudo-inverse, once per distinct matrix content (RP and WFF rebuild equal factors for
     every view), from the eigendecompositions that measure and the variances share by content."""
-    from .solvers.base import _SMALL_CELLS, shared_psd_power
+    from .solvers.base import shared_psd_power
 
-    if m.size <= _SMALL_CELLS:
-        return shared_psd_power(m, -1)
     key = content_hash(str(m.shape), np.ascontiguousarray(m).tobytes())
     if key not in _PINV_CACHE:
         _PINV_CACHE[key] = shared_psd_power(m, -1)

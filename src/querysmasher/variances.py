@@ -52,20 +52,22 @@ def _rows_pinv_quadratic(mech, s: np.ndarray) -> np.ndarray:
         # X^+ = E E^T: E (cells x rank) needs no c x c product (the dense root costs a c^3 one)
         z = mech.pinv_factor().T @ s.T
         return np.sum(z * z, axis=0)
-    if mech.kind == "fourier":
-        # reconstruct applies Re(X^(+1/2)) = F^H diag(a) F / c with a = (r(f) + r(-f)) / 2 and
-        # r = (w^+)^(1/2) (r itself when w is symmetric, as WFF's are): |Re(X^(+1/2)) q|^2 =
-        # sum_f a^2 |F q|^2 / c^2, one FFT per query, not the root's FFT and inverse
-        w = mech.mats[0]
-        r = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
-        mirrored = r
-        for axis, n in enumerate(r.shape):
-            mirrored = np.take(mirrored, (-np.arange(n)) % n, axis=axis)
-        a2 = ((r + mirrored) / 2) ** 2
+    if mech.kind == "fourier":  # one FFT per query, not the root's FFT and inverse
         f = np.fft.fftn(s.reshape((s.shape[0],) + tuple(mech.sizes)), axes=tuple(range(1, len(mech.sizes) + 1)))
-        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ a2.ravel() / mech.cells**2
+        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ _fourier_variance_weights(mech.mats[0]).ravel() / mech.cells**2
     z = pinv_sqrt_apply(mech, s.T)
     return np.sum(z * z, axis=0)
+
+
+def _fourier_variance_weights(w: np.ndarray) -> np.ndarray:
+    """a^2 with |Re(X^(+1/2)) q|^2 = sum_f a^2(f) |F q|^2(f) / c^2 for X = F^H diag(w) F: reconstruct
+    applies the real part of the root, F^H diag(a) F / c with a = (r(f) + r(-f)) / 2 and
+    r = (w^+)^(1/2) (a = r when w is symmetric under f -> -f, as WFF's weights are)."""
+    r = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
+    mirrored = r
+    for axis, n in enumerate(r.shape):
+        mirrored = np.take(mirrored, (-np.arange(n)) % n, axis=axis)
+    return ((r + mirrored) / 2) ** 2
 
 
 _CHUNK_BYTES = 64 << 20  # per-query variances are accumulated over blocks of at most this size
@@ -84,12 +86,10 @@ def _kron_rows_pinv_quadratic(mech, kept_q: list[np.ndarray]) -> np.ndarray:
             part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, pinv, qc))
         return part
     if mech.kind == "fourier":
-        # X = F^H diag(w) F with F F^H = c I, so X^+ = F^H diag(w^+) F / c^2 and q X^+ q^T =
-        # sum_f w^+_f prod_j |F_j q_j|^2(f_j) / c^2: a mode product of w^+ by the |FFT|^2 of each attribute
-        w = mech.mats[0]
-        w_pinv = np.where(w > 0, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+        # the Kronecker row's |F q|^2 is prod_j |F_j q_j|^2(f_j): a mode product of the variance
+        # weights (w^+ for symmetric w) by the |FFT|^2 of each attribute
         power = [np.abs(np.fft.fft(qc, axis=1)) ** 2 for qc in kept_q]
-        return kron_apply(power, w_pinv.reshape(-1), sizes).reshape(shape) / mech.cells**2
+        return kron_apply(power, _fourier_variance_weights(mech.mats[0]).reshape(-1), sizes).reshape(shape) / mech.cells**2
     e = mech.pinv_factor()
     rows = math.prod(shape)
     out = np.zeros(rows)
