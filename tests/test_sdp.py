@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from querysmasher.solvers.reference import solve_reference
-from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, dual_bound_factored, loss_of, solve_dense, solve_factored
+from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, loss_of, solve_dense
+from querysmasher.solvers.sdp_factored import dual_bound_factored, solve_factored
 
 # ----------------------------------------------------------------------------- Grams
 

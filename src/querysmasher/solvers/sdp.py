@@ -88,8 +88,8 @@ by conjugate gradients preconditioned with the Hessian's exact diagonal, to a re
 whose dual optimum is on the boundary are left to phase 1, which then may stop at
 ``max_iterations`` / ``time_limit`` with ``converged=False`` (the returned bounds are still valid).
 
-Factored input (:func:`solve_factored`)
----------------------------------------
+Factored input (:func:`querysmasher.solvers.sdp_factored.solve_factored`)
+-------------------------------------------------------------------------
 Given F with G = F^T F (m x c, m < c: a view's subquery matrix), the factor W comes from the m x m
 eigendecomposition of F F^T, phase 2 is matrix-free, and the primal candidates are kept at G's rank:
 X(p) = W^T A^-½ W and W^T g_mu(A) W (the barrier point without its full-rank mu Λ^-1 part; its loss
@@ -126,7 +126,7 @@ import scipy.linalg as sla
 
 from ..linalg import eigh_sym
 
-__all__ = ["DenseSolveResult", "FactoredSolveResult", "solve_dense", "solve_factored", "dual_bound", "dual_bound_factored", "loss_of"]
+__all__ = ["DenseSolveResult", "solve_dense", "dual_bound", "loss_of"]  # the factored form: solvers.sdp_factored
 
 logger = logging.getLogger(__name__)
 
@@ -219,27 +219,6 @@ class _Prepared:
     @property
     def W(self) -> np.ndarray:
         return self.W_all[:, self.kept]
-
-
-def _prepare_factor(F: np.ndarray) -> _Prepared:
-    """As :func:`_prepare` for G = F^T F given F (m x c): for m <= c an m x m eigendecomposition and no
-    c x c matrix."""
-    f = np.array(F, dtype=float)
-    if f.ndim != 2 or not np.all(np.isfinite(f)):
-        raise ValueError(f"F must be a finite matrix, got shape {f.shape}")
-    c = f.shape[1]
-    if f.shape[0] > c:  # more rows than cells: the c x c Gram is the smaller object
-        return _prepare(f.T @ f)
-    diag = np.einsum("ij,ij->j", f, f)
-    scale = float(diag.max(initial=0.0))
-    if scale <= 0:
-        return _Prepared(c, 0.0, np.zeros((0, c)), np.zeros(0, dtype=int))
-    f /= np.sqrt(scale)
-    e, u = eigh_sym(f @ f.T)  # F F^T and F^T F share their nonzero spectrum
-    keep = e > max(c, 32) * _EPS * e.max()
-    w_all = u[:, keep].T @ f  # orthogonal rows, squared norms e: W^T W = F^T F
-    kept = np.flatnonzero(diag > c * _EPS * scale)
-    return _Prepared(c, scale, w_all, kept)
 
 
 def _prepare(G: np.ndarray) -> _Prepared:
@@ -555,34 +534,6 @@ def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray
     return x / float(np.diag(x).max())
 
 
-def _build_lowrank(W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(V, s) with X = V diag(s) V^T = W_all^T M W_all / max diag, V with orthonormal columns.
-
-    W_all has orthogonal rows, so X = Q (N M N) Q^T with Q^T its normalised rows; a QR step makes Q
-    orthonormal to rounding before the r x r eigendecomposition. Cost O(r^2 c), memory O(r c).
-    """
-    m = _middle(W_all[:, kept], kind, vec, mu)
-    norms = np.sqrt(np.einsum("ij,ij->i", W_all, W_all))
-    q, rq = np.linalg.qr((W_all / norms[:, None]).T)
-    inner = rq @ (norms[:, None] * m * norms[None, :]) @ rq.T
-    s, u = np.linalg.eigh((inner + inner.T) / 2)
-    v = q @ u
-    s = np.maximum(s, 0.0)
-    top = float(np.einsum("ij,j,ij->i", v, s, v).max())
-    return v, s / top
-
-
-def _loss_lowrank(W_all: np.ndarray, V: np.ndarray, s: np.ndarray) -> float:
-    """tr(W^T W X^+) for X = V diag(s) V^T (orthonormal V), checking range(X) ⊇ range(W^T)."""
-    nz = s > s.size * _EPS * float(s.max(initial=0.0))
-    wv = W_all @ V
-    total = float((W_all**2).sum())
-    outside = float(((W_all - wv[:, nz] @ V[:, nz].T) ** 2).sum())  # ||(I - X X^+) G^½||_F^2
-    if total > 0 and outside > _RANGE_RTOL**2 * total:
-        raise ValueError(f"range(X) does not contain range(G): relative residual {np.sqrt(outside / total):.2e}")
-    return float(((wv[:, nz] ** 2).sum(axis=0) / s[nz]).sum())
-
-
 def _ascent_step(W: np.ndarray, pt: _DualPoint, best: _Tracker, counts: dict[str, int]) -> _DualPoint:
     """p <- p (X(p)_ii / s)^tau with tau = 3, halved (down to 1, always taken) while s(p) decreases."""
     with np.errstate(divide="ignore"):  # p_i = 0 stays 0
@@ -712,80 +663,6 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
     return DenseSolveResult(
         X, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, eig
     )
-
-
-@dataclass(frozen=True, eq=False)  # arrays inside: compare fields explicitly
-class FactoredSolveResult:
-    """Result of :func:`solve_factored`: X = V diag(s) V^T (V c x r, orthonormal columns)."""
-
-    V: np.ndarray
-    s: np.ndarray  # X's nonzero eigenvalues; max diag(X) = 1
-    loss: float  # tr(G X^+), recomputed from V and s
-    lower_bound: float  # dual value of dual_weights, as dual_bound computes it
-    gap: float
-    iterations: int
-    factorizations: int
-    seconds: float
-    converged: bool
-    dual_weights: np.ndarray
-    rank: int  # numerical rank of G
-
-    @property
-    def X(self) -> np.ndarray:
-        """The explicit c x c X (small views and tests only)."""
-        return (self.V * self.s) @ self.V.T
-
-
-def solve_factored(
-    F: np.ndarray,
-    *,
-    target_gap: float = 1e-4,
-    max_iterations: int = 500,
-    time_limit: float | None = None,
-) -> FactoredSolveResult:
-    """:func:`solve_dense` for G = F^T F given F (m x c, m <= c), in O(r c) memory and O(r^2 c) time
-    per step: the returned X has G's rank r and is never formed. Phase 2 is matrix-free Newton-CG.
-
-    >>> P = np.tril(np.ones((10, 10))); C = np.eye(10) - 1 / 10
-    >>> r = solve_factored(P @ C, target_gap=1e-8)
-    >>> r.converged, round(r.loss, 6), r.V.shape
-    (True, 9.965944, (10, 9))
-    """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=_blas_threads(), user_api="blas"):
-        return _solve_factored(F, target_gap, max_iterations, time_limit)
-
-
-def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_limit: float | None) -> FactoredSolveResult:
-    t0 = time.perf_counter()
-    prep = _prepare_factor(F)
-    c = prep.c
-    if prep.scale == 0:
-        return FactoredSolveResult(np.zeros((c, 0)), np.zeros(0), 0.0, 0.0, 0.0, 0, 1, time.perf_counter() - t0, True, np.full(c, 1.0 / c), 0)
-    W = prep.W
-    best, counts = _solve_core(prep, target_gap, max_iterations, time_limit, t0, lowrank=True)
-    kind, vec, mu = best.primal
-    V, s = _build_lowrank(prep.W_all, kind, vec, mu, prep.kept)
-    loss = prep.scale * _loss_lowrank(prep.W_all, V, s)
-    p = np.zeros(c)
-    p[prep.kept] = best.p / best.p.sum()
-    lower = prep.scale * _dual_s(W, (p / p.sum())[prep.kept]) ** 2
-    counts["factorizations"] += 3
-    gap = (loss - lower) / loss if loss > 0 else 0.0
-    return FactoredSolveResult(
-        V, s, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, W.shape[0]
-    )
-
-
-def dual_bound_factored(F: np.ndarray, p: np.ndarray) -> float:
-    """:func:`dual_bound` for G = F^T F given F (no c x c matrix)."""
-    prep = _prepare_factor(F)
-    q = np.asarray(p, dtype=float).ravel()
-    if q.shape != (prep.c,) or not np.all(np.isfinite(q)) or np.any(q < 0) or q.sum() <= 0:
-        raise ValueError(f"p must be {prep.c} finite non-negative weights with a positive sum")
-    q = q / q.sum()
-    return prep.scale * _dual_s(prep.W, q[prep.kept]) ** 2
 
 
 def _barrier_phase(
