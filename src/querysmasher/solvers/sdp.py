@@ -613,6 +613,16 @@ def _solve_core(prep: _Prepared, target_gap: float, max_iterations: int, time_li
     return best, counts
 
 
+def _certificate(prep: _Prepared, best: _Tracker, loss: float, counts: dict[str, int]) -> tuple[np.ndarray, float, float]:
+    """(dual weights p over all c cells, lower bound, relative gap) of a finished solve with ``loss``."""
+    p = np.zeros(prep.c)
+    p[prep.kept] = best.p / best.p.sum()
+    # exactly the arithmetic of dual_bound(G, p), so that the two agree to the last bit
+    lower = prep.scale * _dual_s(prep.W, (p / p.sum())[prep.kept]) ** 2
+    counts["factorizations"] += 3
+    return p, lower, (loss - lower) / loss if loss > 0 else 0.0
+
+
 def solve_dense(
     G: np.ndarray,
     *,
@@ -654,12 +664,7 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
     X[np.ix_(prep.kept, prep.kept)] = x_kept
     loss, eig = _loss_and_eig(prep.W_all, X)
     loss *= prep.scale
-    p = np.zeros(c)
-    p[prep.kept] = best.p / best.p.sum()
-    # exactly the arithmetic of dual_bound(G, p), so that the two agree to the last bit
-    lower = prep.scale * _dual_s(W, (p / p.sum())[prep.kept]) ** 2
-    counts["factorizations"] += 3
-    gap = (loss - lower) / loss if loss > 0 else 0.0
+    p, lower, gap = _certificate(prep, best, loss, counts)
     return DenseSolveResult(
         X, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, eig
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..linalg import eigh_sym
-from .sdp import _EPS, _RANGE_RTOL, _blas_threads, _dual_s, _middle, _prepare, _Prepared, _solve_core
+from .sdp import _EPS, _RANGE_RTOL, _blas_threads, _certificate, _dual_s, _middle, _prepare, _Prepared, _solve_core
 
 __all__ = ["FactoredSolveResult", "solve_factored", "dual_bound_factored"]
 
@@ -121,11 +121,7 @@ def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_
     kind, vec, mu = best.primal
     V, s = _build_lowrank(prep.W_all, kind, vec, mu, prep.kept)
     loss = prep.scale * _loss_lowrank(prep.W_all, V, s)
-    p = np.zeros(c)
-    p[prep.kept] = best.p / best.p.sum()
-    lower = prep.scale * _dual_s(W, (p / p.sum())[prep.kept]) ** 2
-    counts["factorizations"] += 3
-    gap = (loss - lower) / loss if loss > 0 else 0.0
+    p, lower, gap = _certificate(prep, best, loss, counts)
     return FactoredSolveResult(
         V, s, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, W.shape[0]
     )
