@@ -13,10 +13,18 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from querysmasher.documents import check_loaded
 from querysmasher.errors import InputError
 from querysmasher.pipeline import datasets, hdmm_steps, layout
 from querysmasher.pipeline.config import check_config, format_validation_error
 from querysmasher.pipeline.fingerprint import library_fingerprint
+
+try:
+    # aliases (shared references) and deep nesting refused before anything walks the config;
+    # numbers written 1e-6 (a string to Snakemake's YAML 1.1 loader) become numbers
+    check_loaded(config, "config")
+except InputError as exc:
+    raise WorkflowError(f"invalid config: {exc}") from None
 
 try:
     validate(config, "../config/schema.yaml")
@@ -83,7 +91,7 @@ wildcard_constraints:
     key=layout.KEY_PATTERN,
     bid=layout.KEY_PATTERN,
     ns=layout.NS_PATTERN,
-    name=r"[A-Za-z0-9._-]+",
+    name=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
 
 def experiment_of(wildcards):

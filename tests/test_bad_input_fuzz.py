@@ -88,7 +88,7 @@ MEASURE = [
     ("parquet huge", lambda d, p, m, x, o: ["--data", _frame(d, "p5.parquet", GOOD.astype(float).assign(a1=[1e300, 0.0]))], "outside the domain"),
     ("not parquet", lambda d, p, m, x, o: ["--data", _csv(d, "p6.parquet", "a0,a1\n")], "cannot be read"),
     ("domain missing", lambda d, p, m, x, o: ["--domain", str(d / "nope.yaml")], "--domain"),
-    ("domain multi-line yaml error", lambda d, p, m, x, o: ["--domain", _csv(d, "d1.yaml", "a0:\n  bins: [0, 1\n  - x: : :\n")], "cannot be parsed"),
+    ("domain multi-line yaml error", lambda d, p, m, x, o: ["--domain", _csv(d, "d1.yaml", "a0:\n  bins: [0, 1\n  - x: : :\n")], "is not valid YAML"),
     ("domain bins vs size", lambda d, p, m, x, o: ["--domain", _csv(d, "d2.yaml", "a0: {bins: [0, 1, 2]}\n")], "size + 1 = 5"),
     ("domain bins unsorted", lambda d, p, m, x, o: ["--domain", _csv(d, "d3.yaml", "a0: {bins: [0, 2, 1, 3, 4]}\n")], "strictly increasing"),
     ("domain bins not numbers", lambda d, p, m, x, o: ["--domain", _csv(d, "d4.yaml", "a0: {bins: [0, a, 1, 3, 4]}\n")], "list of numbers"),
@@ -120,7 +120,7 @@ RECONSTRUCT = [
 ]
 
 PLAN = [
-    ("schema yaml error", lambda d, p, m, x, o: ["--schema", _csv(d, "s1.yaml", "a: [1,\n b: : 2\n")], "cannot be parsed"),
+    ("schema yaml error", lambda d, p, m, x, o: ["--schema", _csv(d, "s1.yaml", "a: [1,\n b: : 2\n")], "is not valid YAML"),
     ("attribute of size 100,000", lambda d, p, m, x, o: ["--schema", _csv(d, "s2.yaml", "big: 100000\nb: 3\n")], "'big'"),
     ("beta nan", lambda d, p, m, x, o: ["--beta", "nan"], "--beta"),
     ("empty workload", lambda d, p, m, x, o: ["--workload", " "], "is empty"),

@@ -174,7 +174,7 @@ def test_workload_file_custom_path_is_relative_to_the_file(tmp_path):
         ("- {family: marginal, attributes: ['a+b']}\n", "without any of"),
         ("- prefix:1\n", "must be a mapping"),
         ("[]\n", "non-empty list"),
-        ("- {family: prefix, k: 1\n", "cannot be read"),
+        ("- {family: prefix, k: 1\n", "is not valid YAML"),
     ],
 )
 def test_bad_workload_files_name_the_file_and_entry(tmp_path, text, message):

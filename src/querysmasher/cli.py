@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .accounting import DEFAULT_REPORT_DELTA, Budget
+from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
 
@@ -169,9 +170,9 @@ def _solver_options(args: argparse.Namespace) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
             raise InputError("--option", item, "must be KEY=VALUE with KEY a solver option name")
-        import yaml
+        from .documents import parse_yaml
 
-        opts[key.strip()] = yaml.safe_load(value)
+        opts[key.strip()] = parse_yaml(value, f"--option {key.strip()}")
     if args.option and args.method in ("hdmm", "mm"):
         raise InputError("--option", ",".join(args.option), f"{args.method} takes no solver options")
     if opts and args.method != "mm":
@@ -194,12 +195,11 @@ def _plan(args: argparse.Namespace) -> int:
     if args.method == "hdmm" and args.neighbours != "add-remove":
         raise InputError("--neighbours", args.neighbours, "hdmm plans are accounted for add-remove neighbours only")
     budget = _pure_budget(args) if args.noise == "laplace" else _budget(args).with_neighbours(args.neighbours)
-    if args.out:
-        from .io import check_writable
-
-        check_writable(args.out)
     from .schema import check_attribute_sizes, parse_schema
-    from .workload import parse_workload
+    from .workload import parse_workload, workload_input_files
+
+    if args.out:
+        check_output(args.out, inputs=[args.schema, *workload_input_files(args.workload)])
 
     schema = parse_schema(args.schema, all_numeric=args.all_numeric)
     check_attribute_sizes(schema, [a for v in parse_workload(args.workload, schema).views for a in v.attrs])
@@ -246,12 +246,12 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace) -> int:
     from .data import load_records, warn_dropped
-    from .io import check_writable, read_kind
+    from .io import read_kind
     from .measure import measure_iter, plan_digest, save_measurements
     from .noise import make_noise
     from .schema import parse_schema
 
-    check_writable(args.out)
+    check_output(args.out, inputs=[args.plan, args.data, args.domain, args.schema])
 
     hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
     if hdmm:
@@ -285,15 +285,16 @@ def _measure(args: argparse.Namespace) -> int:
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
-    from .io import check_writable, read_kind
+    from .io import read_kind
     from .measure import load_measurements, plan_digest
     from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")
-    check_writable(args.out)
+    inputs = [args.plan, args.measurements]
+    check_output(args.out, inputs=inputs)
     if args.csv:
-        check_writable(Path(args.csv) / "x.csv", "--csv")
+        check_output(args.csv, "--csv", inputs=inputs + [args.out], folder=True)
 
     if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
         from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
@@ -318,9 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = level_from_flags(args.verbose, args.quiet)
     configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
-        return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
+        with terminate_as_exit():  # a killed command (SIGTERM) still removes its temporary files
+            return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # the file system failed us (a full disk, a folder gone): one line too
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"querysmasher: error: file{where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         unconfigure()

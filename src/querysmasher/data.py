@@ -20,13 +20,11 @@ dropped and counted, and the privacy guarantee then holds for the cleaned data s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import yaml
 
 from .errors import InputError
 from .schema import Schema
@@ -72,14 +70,10 @@ def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, 
     mis-encoded: the attribute exists; categories are unique and exactly ``size`` of them; bins are
     ``size + 1`` finite, strictly increasing numbers. Any problem is one InputError naming it.
     """
+    from .documents import read_document
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError("--domain", str(p), "does not exist")
-    try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError("--domain", str(p), f"cannot be parsed: {exc}") from None
+    data = read_document(p, "--domain")
     if not isinstance(data, dict) or not data:
         raise InputError("--domain", str(p), "must hold a mapping {attribute: {categories: [...]} or {bins: [...]}}")
     out = {str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {} for k, v in data.items()}
@@ -122,6 +116,8 @@ def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
+    import csv
+
     import pandas as pd
 
     p = Path(path)
@@ -129,10 +125,27 @@ def _read_table(path: str | Path) -> pd.DataFrame:
         raise InputError("data file", str(p), "does not exist")
     try:
         if p.suffix in (".parquet", ".pq"):
-            return pd.read_parquet(p)
-        return pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
+            frame = pd.read_parquet(p)
+            header = [str(c) for c in frame.columns]
+        else:
+            header = _csv_header(p)
+            frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    except (ValueError, OSError, pd.errors.ParserError, csv.Error) as exc:
         raise InputError("data file", str(p), f"cannot be read ({exc})") from None
+    seen: set[str] = set()
+    for name in header:  # pandas renames a second 'age' to 'age.1': which one holds the data?
+        if name in seen:
+            raise InputError("data file", str(p), f"names the column {name!r} twice")
+        seen.add(name)
+    return frame
+
+
+def _csv_header(p: Path) -> list[str]:
+    """The column names of a CSV file's first line, as written (pandas would rename duplicates)."""
+    import csv
+
+    with open(p, newline="", encoding="utf-8", errors="replace") as f:
+        return next(csv.reader(f), [])
 
 
 def _bad(column: str, mask: np.ndarray, what: str) -> InputError:

@@ -28,15 +28,12 @@ record count, no true answer, no empirical error.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .accounting import NEIGHBOURS, Budget
+from .atomic import check_output
+from .documents import as_number, read_document
 from .errors import InputError
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
 from .schema import Schema
@@ -73,6 +70,7 @@ class ReleaseSpec:
     method: str = "qs"
     on_invalid: str = "error"
     postprocess: bool = False
+    source: str = ""  # the spec file it was read from (an input no output may overwrite)
 
     @property
     def neighbours(self) -> str:
@@ -80,9 +78,7 @@ class ReleaseSpec:
 
 
 def _number(field: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(field, value, "must be a number")
-    return float(value)
+    return as_number(value, field)
 
 
 def _budget(raw) -> Budget:
@@ -161,21 +157,23 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     if not isinstance(post, bool):
         raise InputError("release spec: postprocess", post, "must be true or false")
     base = Path(base)
+    parsed = tuple(_table(i, t) for i, t in enumerate(tables))
+    seen: dict[tuple, int] = {}
+    for i, t in enumerate(parsed):  # a table named twice would be measured (and spend budget) twice
+        j = seen.setdefault((t.family, frozenset(t.attributes)), i)
+        if j != i:
+            raise InputError(f"release spec: tables[{i}]", f"{t.family}: {list(t.attributes)}", f"is the same table as tables[{j}]: name each table once (use weight to give it more accuracy)")
     return ReleaseSpec(
-        str(base / raw["data"]), str(base / raw["domain"]), tuple(_table(i, t) for i, t in enumerate(tables)),
+        str(base / raw["data"]), str(base / raw["domain"]), parsed,
         _budget(raw["budget"]).with_neighbours(neighbours), method, on_invalid, post,
     )
 
 
 def load_release_spec(path: str | Path) -> ReleaseSpec:
+    from dataclasses import replace
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError("release spec", str(p), "does not exist")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError("release spec", str(p), f"cannot be parsed: {exc}") from None
-    return parse_release_spec(raw, p.parent)
+    return replace(parse_release_spec(read_document(p, "release spec"), p.parent), source=str(p))
 
 
 def release_workload(tables, schema: Schema) -> Workload:
@@ -192,21 +190,17 @@ def release_workload(tables, schema: Schema) -> Workload:
 
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
-    from .data import load_records
-    from .measure import check_budget, measure_iter, measured_views
+    from .data import load_records, warn_dropped
+    from .measure import Measurements, check_budget, measure_iter, measured_views
     from .noise import make_noise
     from .plan import make_plan
     from .reconstruct import reconstruct
     from .schema import parse_schema
-    from .atomic import write_json
+    from .atomic import atomic_folder, write_json
     from .tables import write_tables
 
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("--out", str(out), "exists and is not an empty folder (a release is never overwritten)")
-    from .io import check_writable
-
-    check_writable(out / "release.json")
+    check_output(out, inputs=[spec.source, spec.data, spec.domain], folder=True)
     if not Path(spec.data).is_file():
         raise InputError("release spec: data", spec.data, "does not exist")
     schema = parse_schema(spec.domain)
@@ -214,17 +208,13 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     plan = make_plan(schema, workload, spec.method, spec.budget)
     cost = check_budget(plan)  # before any record is read
     noise = make_noise(None, "opendp")
-    records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
-    ys = list(measure_iter(plan, records, noise))
-    del records
-    from .measure import Measurements
-
-    meas = Measurements(measured_views(plan), [y for _, y in ys], False)
-    rec = reconstruct(plan, meas)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        index = write_tables(tmp, rec, postprocessed=spec.postprocess)
+    # the lock is taken before any record is read: a second release into the same folder fails now
+    with atomic_folder(out) as tmp:
+        records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
+        warn_dropped(records)  # that rows were dropped, never how many
+        meas = Measurements(measured_views(plan), [y for _, y in measure_iter(plan, records, noise)], False)
+        del records
+        index = write_tables(tmp, reconstruct(plan, meas), postprocessed=spec.postprocess)
         info = {
             "workload": plan.workload.spec,
             "method": plan.method,
@@ -238,11 +228,4 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
             "private": "every file here is computed from the noisy measurements only",
         }
         write_json(tmp / "release.json", info)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return info

@@ -14,25 +14,54 @@ YAML/JSON file (``{name: size}`` or ``{name: {size: .., kind: ..}}``) or made sy
 
 from __future__ import annotations
 
-import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from .errors import InputError
 
-__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes"]
+__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes", "check_attribute_name"]
 
 # Planning forms n x n matrices per attribute (Grams, mechanism factors): 5,000 is 200 MB each.
 MAX_ATTRIBUTE_SIZE = 5000
 
 Kind = Literal["categorical", "numeric"]
 KINDS: tuple[str, ...] = ("categorical", "numeric")
+
+
+# The workload grammar's own characters (``marginal:(a,b)+prefix:(c)@2``): a name holding one would
+# be read back as other attributes when a plan file re-parses its workload.
+GRAMMAR_CHARACTERS = frozenset("(),+@[]")
+MAX_NAME_LENGTH = 200
+
+
+def check_attribute_name(name) -> None:
+    """Refuse (InputError naming it) an attribute name that is not a non-empty string of at most
+    :data:`MAX_NAME_LENGTH` printable characters without surrounding spaces or the workload
+    grammar's characters ``( ) , + @ [ ]``. Names are data: :mod:`querysmasher.filenames` makes
+    file names of them, whatever else (``/``, ``..``) they hold.
+
+    >>> check_attribute_name("income>50K"), check_attribute_name("../x")
+    (None, None)
+    >>> check_attribute_name("a,b")
+    Traceback (most recent call last):
+        ...
+    querysmasher.errors.InputError: attribute name 'a,b': must not hold any of ( ) , + @ [ ] (the workload grammar's characters)
+    """
+    if not isinstance(name, str) or not name:
+        raise InputError("attribute name", name, "must be a non-empty string")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InputError("attribute name", name[:40] + "...", f"is longer than {MAX_NAME_LENGTH} characters")
+    if any(unicodedata.category(ch)[0] == "C" for ch in name):
+        raise InputError("attribute name", name, "holds a control or invisible character")
+    if name != name.strip():
+        raise InputError("attribute name", name, "starts or ends with a space")
+    if GRAMMAR_CHARACTERS & set(name):
+        raise InputError("attribute name", name, "must not hold any of ( ) , + @ [ ] (the workload grammar's characters)")
 
 
 @dataclass(frozen=True)
@@ -44,8 +73,7 @@ class Attribute:
     kind: Kind = "numeric"
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise InputError("attribute name", self.name, "must be a non-empty string")
+        check_attribute_name(self.name)
         if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
             raise InputError(f"size of attribute {self.name!r}", self.size, "must be an integer >= 1")
         if self.kind not in KINDS:
@@ -186,15 +214,12 @@ def parse_schema(spec: str, *, all_numeric: bool = False) -> Schema:
             raise InputError("schema", spec, "n and d must be >= 1")
         schema = Schema(spec, tuple(Attribute(f"a{i}", n, "numeric") for i in range(d)))
     else:
+        from .documents import read_document
+
         path = Path(spec)
         if not path.is_file():
             raise InputError(
                 "schema", spec, f"not a built-in schema ({', '.join(BUILTIN_SCHEMAS)}), not synthetic:n=N,d=D, and no such file"
             )
-        text = path.read_text()
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise InputError("schema file", spec, f"cannot be parsed: {exc}") from None
-        schema = _schema_from_mapping(spec, data)
+        schema = _schema_from_mapping(spec, read_document(path, "schema file"))
     return schema.all_numeric() if all_numeric else schema

@@ -28,6 +28,7 @@ import pandas as pd
 
 from .atomic import atomic_path, write_json
 from .families import count_1d
+from .filenames import distinct_file_names
 from .workload import WorkloadView
 
 __all__ = ["mechanism_rank", "cells_estimable", "cell_variances", "write_tables", "MAX_EXPLICIT_CELLS"]
@@ -93,10 +94,6 @@ def _cell_frame(plan, attrs) -> pd.DataFrame:
     return pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
 
 
-def _name(plan, attrs) -> str:
-    return "__".join(plan.schema.names[a] for a in attrs) or "total"
-
-
 def _postprocess(table: np.ndarray, total: float) -> np.ndarray:
     """Non-negative integers summing to round(max(total, 0)) (largest remainders)."""
     x = np.clip(table, 0, None)
@@ -134,6 +131,11 @@ def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed
     folder = Path(folder)
     index: dict = {"tables": [], "answers": [], "postprocessed": []}
     views = list(dict.fromkeys(v.attrs for v in plan.workload.views))
+    names = plan.schema.names
+    # file names from attribute names (data read from a domain file): never a path, never shared
+    table_files = dict(zip(views, distinct_file_names([names[a] for a in attrs] for attrs in views)))
+    answer_files = distinct_file_names((v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
+                                       for k, v in enumerate(plan.workload.views))
     total = float(rec.table(())[0]) if cells_estimable(plan, ())[0] else None
     for attrs in views:
         ok, why = cells_estimable(plan, attrs)
@@ -146,20 +148,20 @@ def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed
             table = rec.table(attrs)
             frame["estimate"] = table
             frame["std_error"] = np.sqrt(np.maximum(var, 0))
-            path = folder / f"{_name(plan, attrs)}.csv"
+            path = folder / f"{table_files[attrs]}.csv"
             _write_csv(frame, path)
             entry.update(file=path.name)
             if postprocessed and total is not None:
                 pp = _cell_frame(plan, attrs)
                 pp["count"] = _postprocess(table, total)
-                pp_path = folder / "postprocessed" / f"{_name(plan, attrs)}.csv"
+                pp_path = folder / "postprocessed" / f"{table_files[attrs]}.csv"
                 _write_csv(pp, pp_path)
                 index["postprocessed"].append(str(pp_path.relative_to(folder)))
         index["tables"].append(entry)
     if answers:
         for k, v in enumerate(plan.workload.views):
             n = plan.workload.view_count(v)
-            name = f"{v.family}__{_name(plan, v.attrs)}" + (f"__{k}" if v.family == "custom" else "")
+            name = answer_files[k]
             if n > max_answers:
                 index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
                 continue

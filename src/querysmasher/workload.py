@@ -25,7 +25,6 @@ Views are enumerated (there are at most tens of thousands); queries never are.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 from collections.abc import Callable
@@ -69,9 +68,13 @@ def load_custom(path: str) -> CustomQueries:
             with np.load(p, allow_pickle=False) as z:
                 attrs, q = tuple(str(a) for a in z["attributes"]), np.asarray(z["queries"], dtype=float)
         else:
-            d = json.loads(p.read_text())
-            attrs, q = tuple(d["attributes"]), np.asarray(d["queries"], dtype=float)
-    except (KeyError, ValueError, OSError) as exc:
+            from .documents import parse_json, read_text
+
+            d = parse_json(read_text(p, "custom workload file", max_bytes=1 << 30), f"custom workload file {path}")
+            attrs, q = tuple(str(a) for a in d["attributes"]), np.asarray(d["queries"], dtype=float)
+    except InputError:
+        raise
+    except (KeyError, ValueError, TypeError, OSError) as exc:
         raise InputError("custom workload file", path, f"needs 'attributes' and 'queries' ({exc})") from None
     if q.ndim != 2 or not np.isfinite(q).all():
         raise InputError("custom workload file", path, "'queries' must be a finite 2-D array (queries x cells)")
@@ -324,15 +327,9 @@ def _file_term(entry: object, where: str, base: Path) -> str:
 
 
 def _file_entries(path: str) -> list:
-    import yaml
+    from .documents import read_document
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("workload file", path, "does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, OSError) as exc:
-        raise InputError("workload file", path, f"cannot be read: {str(exc).splitlines()[0]}") from None
+    data = read_document(path, "workload file")
     if isinstance(data, dict) and set(data) <= {"terms", "description"}:
         data = data.get("terms")
     if not isinstance(data, list) or not data:
