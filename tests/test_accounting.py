@@ -1,5 +1,7 @@
 import math
 
+import numpy as np
+
 import pytest
 from scipy.stats import norm
 
@@ -96,3 +98,25 @@ def test_allocation_uses_the_actual_privacy_costs():
     assert a.total_variance < allocate(losses, beta=1.5).total_variance  # slack in a cost is used, not wasted
     with pytest.raises(ValueError):
         allocate(losses, 1.0, costs=[1.0, 0.0, 1.0])
+
+
+def test_delta_for_against_60_digit_arithmetic():
+    """delta(beta, eps) within 1e-9 relative of the exact value (mpmath, 60 digits) from beta 1e-40 to
+    1e5, in the tails and where the definition's two terms cancel (tiny beta): the accounting's
+    DELTA_RTOL margin covers it, so no budget reports a delta it does not have."""
+    mpmath = pytest.importorskip("mpmath")
+    from querysmasher.accounting import DELTA_RTOL, delta_for
+
+    mpmath.mp.dps = 60
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(3000):
+        beta = 10 ** rng.uniform(-40, 5)
+        s = beta ** 0.5
+        eps = [rng.uniform(0, 38) * s, 10 ** rng.uniform(-300, 2), rng.uniform(0, 1) * beta][rng.integers(3)]
+        sm, em = mpmath.sqrt(mpmath.mpf(beta)), mpmath.mpf(eps)
+        exact = mpmath.ncdf(sm / 2 - em / sm) - mpmath.exp(em) * mpmath.ncdf(-sm / 2 - em / sm)
+        if exact < 1e-280:
+            continue
+        worst = max(worst, float(abs((mpmath.mpf(delta_for(beta, eps)) - exact) / exact)))
+    assert worst < DELTA_RTOL / 10

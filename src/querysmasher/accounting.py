@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "NEIGHBOURS", "mechanism_cost", "view_costs", "plan_privacy_cost", "check_plan_budget"]
+__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "mechanism_cost", "view_costs", "plan_privacy_cost", "check_plan_budget"]
 
 DEFAULT_REPORT_DELTA = 1e-6
 NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
@@ -65,10 +65,48 @@ def _log_delta_terms(beta: float, eps: float) -> tuple[float, float]:
     return log_ndtr(s / 2 - eps / s), eps + log_ndtr(-s / 2 - eps / s)
 
 
+# delta_for is accurate to about 1e-9 relative (tests compare it with 60-digit arithmetic); budgets
+# are chosen so that the delta they report holds with this margin to spare.
+DELTA_RTOL = 1e-8
+_SMALL_S = 1e-2  # below this sqrt(beta), the Mills-ratio form; above, the log form
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+def _mills(t: float) -> float:
+    """Phi(-t) / phi(t) for t >= -1 and t/sqrt(2) < 26 (exp(z^2) erfc(z), both in range)."""
+    z = t / math.sqrt(2.0)
+    return math.sqrt(math.pi / 2.0) * math.exp(z * z) * math.erfc(z)
+
+
+def _delta_small(s: float, eps: float) -> float:
+    """delta for sqrt(beta) = s < _SMALL_S without cancellation. With u = eps/s - s/2, x = -u and
+    y = x - s, e^eps phi(y) = phi(x), so delta = phi(u) (R(u) - R(u + s)) with R the Mills ratio,
+    and R(u) - R(u + s) = int_u^{u+s} (1 - t R(t)) dt (R' = t R - 1): a positive, smooth integrand,
+    here by Simpson's rule (relative error below s^4 / 2880)."""
+    u = eps / s - s / 2.0
+    phi_u = math.exp(-0.5 * u * u) / _SQRT_2PI
+    if u > 36.0:  # the integrand is at most 1: an upper bound (below 1e-290), never an under-report
+        return phi_u * s
+
+    def g(t: float) -> float:
+        return 1.0 - t * _mills(t)
+
+    return phi_u * s / 6.0 * (g(u) + 4.0 * g(u + s / 2.0) + g(u + s))
+
+
 def delta_for(beta: float, eps: float) -> float:
-    """delta(beta, eps) of the Gaussian mechanism with privacy cost beta (exact, stable in logs)."""
+    """delta(beta, eps) of the Gaussian mechanism with privacy cost beta, to about 1e-9 relative:
+    in logs (stable in the tails) or, for tiny beta, where the two terms of the definition cancel
+    to the last digit, through the Mills ratio (:func:`_delta_small`).
+
+    >>> delta_for(1.0, 4.8866) < 1e-6 < delta_for(1.0, 4.8865)
+    True
+    """
     if beta <= 0:
         return 0.0
+    s = math.sqrt(beta)
+    if s < _SMALL_S:
+        return _delta_small(s, eps)
     a, b = _log_delta_terms(beta, eps)
     if b >= a:  # rounding: the difference is non-negative in exact arithmetic
         return 0.0
@@ -93,27 +131,55 @@ def _bisect(holds, ok: float, bad: float, rtol: float = 1e-14) -> float:
 
 def epsilon_for(beta: float, delta: float) -> float:
     """The smallest epsilon >= 0 with delta(beta, epsilon) <= delta, to a relative 1e-14, from above
-    (the epsilon reported always has delta(beta, epsilon) <= delta: delta decreases in epsilon).
+    (the epsilon reported always has delta(beta, epsilon) <= delta, with :data:`DELTA_RTOL` to
+    spare: delta decreases in epsilon).
 
     >>> e = epsilon_for(1.0, 1e-6)
     >>> round(e, 5), delta_for(1.0, e) <= 1e-6
     (4.88655, True)
     """
-    if delta_for(beta, 0.0) <= delta:
+    def holds(e: float) -> bool:
+        return delta_for(beta, e) * (1 + DELTA_RTOL) <= delta
+
+    if holds(0.0):
         return 0.0
     hi = 1.0
-    while delta_for(beta, hi) > delta:
+    while not holds(hi):
         hi *= 2
-    return _bisect(lambda e: delta_for(beta, e) <= delta, hi, hi / 2 if hi > 1 else 0.0)
+    return _bisect(holds, hi, hi / 2 if hi > 1 else 0.0)
+
+
+# The smallest privacy cost a budget may have: below it the noise scales of a plan overflow (a view
+# with loss L gets sigma^2 = L / beta up to the allocation's factor), so views would go unmeasured.
+MIN_BETA = 1e-250
 
 
 def beta_for(eps: float, delta: float) -> float:
     """The largest beta with delta(beta, eps) <= delta, to a relative 1e-14, from below (delta
-    increases in beta)."""
-    lo, hi = 1e-12, 1.0
-    while delta_for(hi, eps) <= delta:
-        lo, hi = hi, hi * 2
-    return _bisect(lambda b: delta_for(b, eps) <= delta, lo, hi)
+    increases in beta): the guarantee asked for holds exactly at the returned beta. When even
+    :data:`MIN_BETA` gives a larger delta, no plan can meet the request: an InputError says what
+    delta is achievable at that epsilon.
+
+    >>> b = beta_for(1e-3, 1e-6); delta_for(b, 1e-3) <= 1e-6
+    True
+    """
+    def holds(b: float) -> bool:
+        return delta_for(b, eps) * (1 + DELTA_RTOL) <= delta
+
+    if holds(1.0):
+        lo, hi = 1.0, 2.0
+        while holds(hi):
+            lo, hi = hi, hi * 2
+    else:
+        hi, lo = 1.0, 0.5
+        while not holds(lo):
+            if lo < MIN_BETA:
+                raise InputError("(epsilon, delta)", (eps, delta), f"cannot be met: at epsilon {eps:g} even the smallest budget beta {MIN_BETA:g} has delta {delta_for(MIN_BETA, eps):.3g}; ask for a larger epsilon or delta")
+            hi, lo = lo, lo / 2
+    beta = _bisect(holds, lo, hi)
+    if not holds(beta):  # _bisect keeps the end where it holds; this only guards the invariant
+        raise InputError("(epsilon, delta)", (eps, delta), "no budget with exactly this guarantee was found")
+    return beta
 
 
 @dataclass(frozen=True)
@@ -133,6 +199,8 @@ class Budget:
     def __post_init__(self) -> None:
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
             raise InputError("beta", self.beta, "must be a finite number > 0")
+        if self.beta < MIN_BETA:
+            raise InputError("beta", self.beta, f"is below {MIN_BETA:g}: the noise would overflow and views would go unmeasured")
         if not 0 < self.delta < 1:
             raise InputError("delta", self.delta, "must be in (0, 1)")
         if self.neighbours not in NEIGHBOURS:
@@ -220,7 +288,7 @@ def plan_privacy_cost(plan, applied=lambda m: m) -> float:
     """The privacy cost of a plan recomputed from its stored mechanisms and noise scales:
     sum over measured views of cost(applied(mechanism)) / sigma^2, as the allocation combines costs
     (an upper bound on the cost of the union: the full-domain diagonal, or pair distance, of a sum
-    is at most the sum of the views' maxima).
+    is at most the sum of the views' maxima). A view with loss > 0 must be measured.
 
     ``applied`` maps a stored mechanism to the one that is actually applied to the data
     (:func:`querysmasher.measure.applied_mechanism`). A view with infinite sigma^2 is not measured;
@@ -231,9 +299,11 @@ def plan_privacy_cost(plan, applied=lambda m: m) -> float:
     sizes = plan.schema.sizes
     per_key: dict[str, float] = {}
     total = 0.0
-    for attrs, key, s2 in zip(plan.views, plan.keys, plan.allocation.sigma2):
+    for attrs, key, s2, loss in zip(plan.views, plan.keys, plan.allocation.sigma2, plan.losses):
         s2 = float(s2)
         if s2 == math.inf:
+            if not float(loss) == 0.0:  # its queries would be answered 0 with variance 0
+                raise InputError("plan sigma2", s2, f"of view {attrs} is infinite but the view has loss {float(loss)!r}: it would go unmeasured")
             continue
         if not (math.isfinite(s2) and s2 > 0):
             raise InputError("plan sigma2", s2, f"of view {attrs} must be a positive number (or inf: not measured)")

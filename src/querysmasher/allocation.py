@@ -68,6 +68,12 @@ def allocate(losses, beta: float, costs=None) -> Allocation:
     spent = float(np.sum(costs[measured] / sigma2[measured]))
     if spent > target:
         sigma2 = sigma2 * (spent / target)
+    if not np.all(np.isfinite(sigma2[measured])) or not np.all(sigma2[measured] > 0):
+        # a view left unmeasured would be reconstructed as 0 with variance 0: refuse instead
+        from .errors import InputError
+
+        bad = int(np.sum(~(np.isfinite(sigma2[measured]) & (sigma2[measured] > 0))))
+        raise InputError("budget beta", beta, f"cannot be allocated: the noise scale of {bad} view(s) is not a finite positive number (the budget is too small or too large for their losses)")
     return Allocation(sigma2, float(np.sum(sigma2[measured] * losses[measured])), beta, costs)
 
 

@@ -24,10 +24,10 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .atomic import atomic_path
+from .atomic import atomic_path, check_output
 from .errors import InputError
 
-__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries", "check_writable"]
+__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries"]
 
 FORMAT_VERSION = 1
 
@@ -60,17 +60,71 @@ def get_json(group: h5py.Group | h5py.Dataset, name: str):
     return json.loads(group.attrs[name])
 
 
+class _WriteOnce:
+    """The file object HDF5 writes through (h5py's ``fileobj`` driver): the first failed write,
+    truncate or flush (a full disk, a quota, a size limit) is recorded and every later one becomes
+    a no-op, so HDF5 itself never sees an error. It would not survive one: after a failed flush
+    its library crashes the process at exit (a segmentation fault, seen with ENOSPC). The caller
+    checks :attr:`error` after closing and throws the file away."""
+
+    def __init__(self, path: Path):
+        self._f = open(path, "w+b", buffering=0)  # noqa: SIM115 (closed by atomic_h5)
+        self.error: OSError | None = None
+
+    def _guarded(self, fn, arg, default):
+        if self.error is None:
+            try:
+                return fn(arg)
+            except OSError as exc:
+                self.error = exc
+        return default
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        return self._guarded(self._f.write, data, n)
+
+    def truncate(self, size: int) -> int:
+        return self._guarded(self._f.truncate, size, size)
+
+    def flush(self) -> None:
+        self._guarded(lambda _: self._f.flush(), None, None)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readinto(self, buffer) -> int:
+        return self._f.readinto(buffer)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._f.read(size)
+
+    def close(self) -> None:
+        self._f.close()
+
+
 @contextmanager
 def atomic_h5(path: str | os.PathLike, *, kind: str, exclusive: bool = False) -> Iterator[h5py.File]:
     """Open ``path`` for writing through a temporary file renamed into place on success
     (:func:`querysmasher.atomic.atomic_path`; ``exclusive``: only if ``path`` is absent).
-    An output path that cannot be written is an InputError before anything is created."""
-    check_writable(path, "output file")
-    with atomic_path(path, exclusive=exclusive) as tmp, h5py.File(tmp, "w", track_order=False) as f:
-        f.attrs["kind"] = kind
-        f.attrs["format_version"] = FORMAT_VERSION
-        f.attrs["querysmasher_version"] = __version__
-        yield f
+    An output path that cannot be written is an InputError before anything is created; a write
+    that fails on the way (a full disk) is an InputError after it, and no file is left."""
+    check_output(path, "output file")
+    with atomic_path(path, exclusive=exclusive) as tmp:
+        raw = _WriteOnce(tmp)
+        try:
+            with h5py.File(raw, "w", track_order=False) as f:
+                f.attrs["kind"] = kind
+                f.attrs["format_version"] = FORMAT_VERSION
+                f.attrs["querysmasher_version"] = __version__
+                yield f
+        finally:
+            raw.close()
+        if raw.error is not None:  # raised before atomic_path publishes anything
+            why = os.strerror(raw.error.errno) if raw.error.errno else str(raw.error)
+            raise InputError("output file", str(path), f"could not be written ({why}); nothing was written")
 
 
 def put_custom_queries(parent: h5py.Group, custom: dict) -> None:
@@ -121,15 +175,3 @@ def read_kind(path: str | os.PathLike) -> str:
     except (OSError, KeyError) as exc:
         raise InputError("file", str(path), f"is not a querysmasher HDF5 file ({type(exc).__name__})") from None
 
-
-def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
-    """Refuse, before any work, an output path whose folder cannot be created or written, or that
-    is an existing folder."""
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(field, str(p), "is a folder, not a file path")
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(field, str(p), f"cannot be written (folder {str(parent)!r} is not writable)")

@@ -139,6 +139,8 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
     views = plan.workload.views
     n_queries = int(plan.workload.query_count())
     write_answers = n_queries <= max_answers
+    sizes = plan.schema.sizes
+    cells = [math.prod(sizes[a] for a in v.attrs) for v in views]
     with atomic_h5(path, kind="answers") as f, single_threaded_blas():
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
@@ -150,8 +152,6 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         put(g, "attr_offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
         put(g, "family", np.array([v.family for v in views], dtype=object))
         put(g, "weight", np.array([v.weight for v in views]))
-        sizes = plan.schema.sizes
-        cells = [math.prod(sizes[a] for a in v.attrs) for v in views]
         t_offs = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         put(g, "table_offsets", t_offs)
         tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
