@@ -15,7 +15,6 @@ def applied_full_privacy_gram(plan) -> np.ndarray:
     """The privacy Gram of what ``measure`` really releases, over the full domain: for every measured
     view, the operator ``sqrt_apply`` (built by applying it to unit vectors) composed with the
     marginal map and scaled by 1/sigma; G = sum R^T R."""
-    from querysmasher.measure import sqrt_apply
 
     sizes = plan.schema.sizes
     total = np.zeros((int(np.prod(sizes)),) * 2)
@@ -23,7 +22,7 @@ def applied_full_privacy_gram(plan) -> np.ndarray:
         if not np.isfinite(s2):
             continue
         mech = plan.solutions[key].mechanism
-        op = sqrt_apply(mech, np.eye(mech.cells)) @ marginal_map(sizes, attrs) / np.sqrt(s2)
+        op = mech.sqrt_apply(np.eye(mech.cells)) @ marginal_map(sizes, attrs) / np.sqrt(s2)
         total += op.T @ op
     return total
 

@@ -15,7 +15,7 @@ from bruteforce import marginal_map, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.data import load_records, validate_records
 from querysmasher.errors import InputError
-from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements, sqrt_apply
+from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements
 from querysmasher.plan import make_plan, save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
@@ -81,7 +81,7 @@ def test_release_holds_no_true_count(small, tmp_path):
         from querysmasher.data import marginal
 
         x = marginal(records, a, schema.sizes)
-        true_vectors += [x, sqrt_apply(plan.solutions[plan.keys[plan.views.index(a)]].mechanism, x)]
+        true_vectors += [x, (plan.solutions[plan.keys[plan.views.index(a)]].mechanism).sqrt_apply(x)]
     n = float(len(records))
     with h5py.File(tmp_path / "m.h5") as f:
         assert not f.attrs["seeded"]
@@ -240,13 +240,11 @@ def test_view_variance_memo_equals_per_view_variances(method, perturb):
 def test_fourier_query_variances_are_those_of_the_applied_root(sizes):
     """One FFT per query gives |Re(X^(+1/2)) q|^2, what reconstruct's root applies, also for weights
     that are not symmetric under f -> -f (WFF's are; a plug-in's need not be)."""
-    from querysmasher.measure import pinv_sqrt_apply
     from querysmasher.solvers import ViewMechanism
-    from querysmasher.variances import _rows_pinv_quadratic
 
     rng = np.random.default_rng(1)
     w = rng.random(sizes)
     w.flat[3] = 0.0
     mech = ViewMechanism("fourier", sizes, (w,))
     q = rng.standard_normal((7, mech.cells))
-    np.testing.assert_allclose(_rows_pinv_quadratic(mech, q), np.sum(pinv_sqrt_apply(mech, q.T) ** 2, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(mech.rows_pinv_quadratic(q), np.sum(mech.pinv_sqrt_apply(q.T) ** 2, axis=0), rtol=1e-12)

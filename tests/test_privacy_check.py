@@ -94,7 +94,7 @@ def _pairs(x):
 
 
 def test_replace_cost_of_every_kind_is_exact_on_small_views_and_an_upper_bound_on_large_ones():
-    from querysmasher.solvers.base import EXACT_PAIR_CELLS, ViewMechanism
+    from querysmasher.mechanisms import EXACT_PAIR_CELLS, ViewMechanism
 
     rng = np.random.default_rng(3)
 

@@ -110,7 +110,7 @@ def test_lowrank_agrees_with_dense(spec):
     import pandas as pd
 
     from querysmasher.data import marginal, validate_records
-    from querysmasher.measure import Measurements, measured_views, sqrt_apply
+    from querysmasher.measure import Measurements, measured_views
     from querysmasher.reconstruct import reconstruct, view_variances
 
     schema = parse_schema("synthetic:n=6,d=3")
@@ -130,7 +130,7 @@ def test_lowrank_agrees_with_dense(spec):
 
     def noiseless(plan):  # the measurements without noise: both must recover every answer exactly
         idx = measured_views(plan)
-        ys = [sqrt_apply(plan.solutions[plan.keys[i]].mechanism, marginal(records, plan.views[i], schema.sizes)) for i in idx]
+        ys = [plan.solutions[plan.keys[i]].mechanism.sqrt_apply(marginal(records, plan.views[i], schema.sizes)) for i in idx]
         return reconstruct(plan, Measurements(idx, ys, True))
 
     rl, rd = noiseless(low), noiseless(dense)
@@ -163,7 +163,8 @@ def test_a_dense_mechanism_keeps_the_eigendecomposition_its_solver_computed(monk
     import numpy as np
 
     from querysmasher.linalg import psd_eigh
-    from querysmasher.solvers import base, qs
+    from querysmasher import mechanisms as base
+    from querysmasher.solvers import qs
 
     monkeypatch.setattr(qs, "PRIME_EIGH_CELLS", 1)
     w = parse_workload("random:2", parse_schema("synthetic:n=5,d=2"))

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from querysmasher.pipeline import cache, config, datasets, fingerprint, layout, steps
+from querysmasher import accounting
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.io import read_kind
@@ -81,12 +82,12 @@ def test_experiment_names_are_safe_and_distinct():
 
 
 def test_budgets_in_every_form():
-    assert config.parse_budget(2.0).beta == 2.0
-    assert config.parse_budget("rho=0.5").beta == pytest.approx(1.0)
-    assert config.parse_budget("mu=2").beta == pytest.approx(4.0)
-    assert config.parse_budget("eps=1,delta=1e-6").beta == pytest.approx(0.056029, abs=1e-6)
+    assert accounting.parse_budget(2.0).beta == 2.0
+    assert accounting.parse_budget("rho=0.5").beta == pytest.approx(1.0)
+    assert accounting.parse_budget("mu=2").beta == pytest.approx(4.0)
+    assert accounting.parse_budget("eps=1,delta=1e-6").beta == pytest.approx(0.056029, abs=1e-6)
     with pytest.raises(InputError, match="budget"):
-        config.parse_budget("rh=1")
+        accounting.parse_budget("rh=1")
 
 
 def test_batches_are_deterministic_bounded_and_mostly_stable():

@@ -56,7 +56,6 @@ def test_a_max_plan_with_factored_views_round_trips(tmp_path):
     are (V, s and their rotation), never as query factors the plan's workload does not have."""
     import numpy as np
 
-    from querysmasher.measure import sqrt_apply
     from querysmasher.plan import save_plan
 
     plan = make_plan("synthetic:n=8,d=2", "abs:2", "qs", Budget.from_rho(0.5), objective="max", solver_options={"lowrank": "always"})
@@ -68,5 +67,5 @@ def test_a_max_plan_with_factored_views_round_trips(tmp_path):
     for k, s in plan.solutions.items():
         if s.mechanism.kind == "lowrank":
             b = back.solutions[k].mechanism
-            assert np.array_equal(sqrt_apply(b, x), sqrt_apply(s.mechanism, x))  # the same operator, rotation included
+            assert np.array_equal(b.sqrt_apply(x), s.mechanism.sqrt_apply(x))  # the same operator, rotation included
     assert back.max_variance[0] == pytest.approx(plan.max_variance[0], rel=1e-12)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["Budget", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "mechanism_cost", "view_costs", "plan_privacy_cost", "check_plan_budget"]
+__all__ = ["Budget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "view_costs", "plan_privacy_cost", "check_plan_budget"]
 
 DEFAULT_REPORT_DELTA = 1e-6
 NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
@@ -258,14 +258,76 @@ class Budget:
         }
 
 
-def mechanism_cost(mech, neighbours: str) -> float:
-    """Privacy cost of one view mechanism at unit noise: ``max_diag()`` for add-remove,
-    ``replace_cost()`` for replace (any mechanism kind with these two methods plugs in)."""
-    if neighbours == "add-remove":
-        return float(mech.max_diag())
-    if neighbours == "replace":
-        return float(mech.replace_cost())
-    raise InputError("neighbours", neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
+BUDGET_FORMS: tuple[str, ...] = ("beta", "rho", "mu", "epsilon")
+
+
+def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neighbours: str = "add-remove", prefix: str = "") -> Budget:
+    """The one rule every face applies to a budget: exactly one of beta, rho (zCDP), mu (GDP) or
+    epsilon (which needs delta); none means beta = 1; with the other forms, delta is the delta at which
+    epsilon is reported (default :data:`DEFAULT_REPORT_DELTA`). ``prefix`` is how the face names the
+    fields in its errors (``--`` for the CLI, ``release spec: budget.`` for a release spec).
+
+    >>> make_budget(rho=0.5).beta, make_budget(epsilon=1.0, delta=1e-6).source, make_budget().beta
+    (1.0, 'epsilon-delta', 1.0)
+    >>> make_budget(rho=1, mu=1, prefix="--")
+    Traceback (most recent call last):
+        ...
+    querysmasher.errors.InputError: budget '--rho/--mu': give exactly one of --beta, --rho, --mu, --epsilon
+    """
+    values = {"beta": beta, "rho": rho, "mu": mu, "epsilon": epsilon}
+    given = [k for k in BUDGET_FORMS if values[k] is not None]
+    if len(given) > 1:
+        raise InputError("budget", "/".join(prefix + k for k in given), "give exactly one of " + ", ".join(prefix + k for k in BUDGET_FORMS))
+    for k, v in [*values.items(), ("delta", delta)]:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InputError(prefix + k, v, "must be a number")
+    if epsilon is not None:
+        if delta is None:
+            raise InputError(prefix + "epsilon", epsilon, f"needs {prefix}delta")
+        budget = Budget.from_epsilon_delta(float(epsilon), float(delta))
+    else:
+        report = DEFAULT_REPORT_DELTA if delta is None else float(delta)
+        if not 0 < report < 1:
+            raise InputError(prefix + "delta", report, "must be in (0, 1)")
+        if rho is not None:
+            budget = Budget.from_rho(float(rho), report)
+        elif mu is not None:
+            budget = Budget.from_mu(float(mu), report)
+        else:
+            b = 1.0 if beta is None else float(beta)
+            if not (math.isfinite(b) and b > 0):
+                raise InputError(prefix + "beta", b, "must be a finite number > 0")
+            budget = Budget.from_beta(b, report)
+    return budget.with_neighbours(neighbours)
+
+
+BUDGET_PATTERN = r"^(?:(?:beta|rho|mu)=[0-9.eE+-]+|(?:eps|epsilon)=[0-9.eE+-]+,delta=[0-9.eE+-]+)$"
+
+
+def parse_budget(value, delta: float | None = None, neighbours: str = "add-remove") -> Budget:
+    """A budget written as one value (the workflow grid's ``budgets:``): a number (beta) or
+    ``beta=B``, ``rho=R``, ``mu=U``, ``eps=E,delta=D``; ``delta`` is the report delta of the other
+    forms. The rule is :func:`make_budget`'s.
+
+    >>> parse_budget("rho=0.5").beta, parse_budget(2).beta, parse_budget("eps=1,delta=1e-6").source
+    (1.0, 2.0, 'epsilon-delta')
+    """
+    import re
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
+    if isinstance(value, (int, float)):
+        return make_budget(beta=float(value), delta=delta, neighbours=neighbours)
+    text = value.strip()
+    if not re.match(BUDGET_PATTERN, text):
+        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
+    try:
+        nums = {("epsilon" if k == "eps" else k): float(v) for k, v in (p.split("=", 1) for p in text.split(","))}
+    except ValueError:
+        raise InputError("budget", value, "holds a value that is not a number") from None
+    if "epsilon" not in nums:
+        nums["delta"] = delta
+    return make_budget(**nums, neighbours=neighbours)
 
 
 def view_costs(keys, solutions, neighbours: str = "add-remove"):
@@ -277,7 +339,7 @@ def view_costs(keys, solutions, neighbours: str = "add-remove"):
     """
     import numpy as np
 
-    per_key = {k: mechanism_cost(solutions[k].mechanism, neighbours) for k in set(keys)}
+    per_key = {k: solutions[k].mechanism.cost(neighbours) for k in set(keys)}
     costs = np.array([per_key[k] for k in keys], dtype=float)
     if costs.size:
         costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
@@ -291,7 +353,7 @@ def plan_privacy_cost(plan, applied=lambda m: m) -> float:
     is at most the sum of the views' maxima). A view with loss > 0 must be measured.
 
     ``applied`` maps a stored mechanism to the one that is actually applied to the data
-    (:func:`querysmasher.measure.applied_mechanism`). A view with infinite sigma^2 is not measured;
+    (:meth:`querysmasher.mechanisms.ViewMechanism.applied`). A view with infinite sigma^2 is not measured;
     any other sigma^2 that is not a positive finite number, or a mechanism whose sizes are not its
     view's, is an InputError.
     """
@@ -313,7 +375,7 @@ def plan_privacy_cost(plan, applied=lambda m: m) -> float:
         if tuple(mech.sizes) != tuple(sizes[a] for a in attrs):
             raise InputError("plan mechanism sizes", tuple(mech.sizes), f"do not match view {attrs} of sizes {tuple(sizes[a] for a in attrs)}")
         if key not in per_key:
-            per_key[key] = mechanism_cost(applied(mech), neighbours)
+            per_key[key] = applied(mech).cost(neighbours)
         total += per_key[key] / s2
     return total
 

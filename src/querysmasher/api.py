@@ -49,21 +49,9 @@ def budget(*, beta: float | None = None, rho: float | None = None, mu: float | N
     >>> budget(rho=0.5).beta, budget(epsilon=1.0, delta=1e-6).source
     (1.0, 'epsilon-delta')
     """
-    from .accounting import DEFAULT_REPORT_DELTA, Budget
+    from .accounting import make_budget
 
-    given = {k: v for k, v in (("beta", beta), ("rho", rho), ("mu", mu), ("epsilon", epsilon)) if v is not None}
-    if len(given) > 1:
-        raise InputError("budget", "/".join(given), "give exactly one of beta, rho, mu, epsilon")
-    report_delta = DEFAULT_REPORT_DELTA if delta is None else delta
-    if epsilon is not None:
-        if delta is None:
-            raise InputError("epsilon", epsilon, "needs delta")
-        return Budget.from_epsilon_delta(epsilon, delta)
-    if rho is not None:
-        return Budget.from_rho(rho, report_delta)
-    if mu is not None:
-        return Budget.from_mu(mu, report_delta)
-    return Budget.from_beta(1.0 if beta is None else beta, report_delta)
+    return make_budget(beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta)
 
 
 _make_budget = budget

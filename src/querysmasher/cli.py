@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .accounting import DEFAULT_REPORT_DELTA, Budget
+from .accounting import DEFAULT_REPORT_DELTA, Budget, make_budget
 from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
@@ -35,24 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _budget(args: argparse.Namespace) -> Budget:
-    report_delta = args.delta if args.delta is not None else DEFAULT_REPORT_DELTA
-    given = [n for n in ("beta", "rho", "mu", "epsilon") if getattr(args, n) is not None]
-    if len(given) > 1:
-        raise InputError("budget", "/".join(given), "give exactly one of --beta, --rho, --mu, --epsilon")
-    if args.epsilon is not None:
-        if args.delta is None:
-            raise InputError("--epsilon", args.epsilon, "needs --delta")
-        return Budget.from_epsilon_delta(args.epsilon, args.delta)
-    if not 0 < report_delta < 1:
-        raise InputError("--delta", report_delta, "must be in (0, 1)")
-    if args.rho is not None:
-        return Budget.from_rho(args.rho, report_delta)
-    if args.mu is not None:
-        return Budget.from_mu(args.mu, report_delta)
-    beta = 1.0 if args.beta is None else args.beta
-    if not (math.isfinite(beta) and beta > 0):
-        raise InputError("--beta", beta, "must be a finite number > 0")
-    return Budget.from_beta(beta, report_delta)
+    return make_budget(beta=args.beta, rho=args.rho, mu=args.mu, epsilon=args.epsilon, delta=args.delta, neighbours=args.neighbours, prefix="--")
 
 
 def _pure_budget(args: argparse.Namespace):
@@ -194,7 +176,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
     if args.method == "hdmm" and args.neighbours != "add-remove":
         raise InputError("--neighbours", args.neighbours, "hdmm plans are accounted for add-remove neighbours only")
-    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args).with_neighbours(args.neighbours)
+    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args)
     from .schema import check_attribute_sizes, parse_schema
     from .workload import parse_workload, workload_input_files
 

@@ -26,8 +26,9 @@ from .accounting import Budget, view_costs
 from .allocation import BUDGET_MARGIN, Allocation
 from .decompose import decompose
 from .linalg import content_hash
+from .solvers import mechanism_loss
 from .maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, INNER_TARGET_GAP, QueryClass, class_variances,
-                     class_contributions, view_loss, clear_pinv_cache, query_classes, view_orbits, weighted_decomposition)
+                     class_contributions, query_classes, view_orbits, weighted_decomposition)
 from .workload import Workload
 
 __all__ = ["allocate_max", "plan_max"]
@@ -117,7 +118,6 @@ def plan_max(
     from .workload import parse_workload
 
     t0 = time.perf_counter()
-    clear_pinv_cache()
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
     if isinstance(workload, str):
@@ -208,7 +208,7 @@ def plan_max(
     # rounding above beta (the polished max-allocation spends beta up to ~1e-15)
     sigma2 = alloc.sigma2 / (budget.beta * (1 - BUDGET_MARGIN))
     grams = base.grams
-    losses = np.array([view_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
+    losses = np.array([mechanism_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
     costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
     finite = np.isfinite(sigma2)
     spent = float(np.sum(costs[finite] / sigma2[finite]))
@@ -230,7 +230,6 @@ def plan_max(
         "max_iterations": iterations,
         "max_history": [(lo / budget.beta, up / budget.beta) for lo, up in history],
     }
-    clear_pinv_cache()
     return plan
 
 

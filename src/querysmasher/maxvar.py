@@ -44,7 +44,7 @@ from .families import query_matrix_1d
 from .linalg import content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
-__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "view_loss", "clear_pinv_cache", "OBJECTIVES", "NU_FLOOR"]
+__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "OBJECTIVES", "NU_FLOOR"]
 
 OBJECTIVES = ("sum", "max")
 DEFAULT_MAX_TARGET_GAP = 1e-3
@@ -145,38 +145,9 @@ def weighted_decomposition(workload: Workload, classes: list[QueryClass], nu: li
     return Decomposition(workload, d.store, grams, d.seconds)
 
 
-_PINV_CACHE: dict[str, np.ndarray] = {}  # content hash of a mechanism matrix -> its pseudo-inverse; cleared per plan_max
-
-
-def _pinv_of(m: np.ndarray) -> np.ndarray:
-    """The pseudo-inverse, once per distinct matrix content (RP and WFF rebuild equal factors for
-    every view), from the eigendecompositions that measure and the variances share by content."""
-    from .solvers.base import shared_psd_power
-
-    key = content_hash(str(m.shape), np.ascontiguousarray(m).tobytes())
-    if key not in _PINV_CACHE:
-        _PINV_CACHE[key] = shared_psd_power(m, -1)
-    return _PINV_CACHE[key]
-
-
-def clear_pinv_cache() -> None:
-    """Forget the cached pseudo-inverses (the planner clears them per max-variance plan)."""
-    _PINV_CACHE.clear()
-
-
-def view_loss(gram: SubworkloadGram, store, mech) -> float:
-    """tr(G X^+), factor-wise with cached pseudo-inverses when both are Kronecker."""
-    from .solvers import mechanism_loss
-
-    if mech.kind == "kron" and all(not t.dense for t in gram.terms):
-        pinvs = [_pinv_of(m) for m in mech.mats]
-        return float(sum(t.coef * math.prod(float(np.sum(store[f] * p)) for f, p in zip(t.factors, pinvs)) for t in gram.terms))
-    return mechanism_loss(gram, store, mech)
-
-
 def _marginal_cell_variance(plan, v: WorkloadView) -> float:
     """Var of one cell of a marginal view: sum over measured residual views A' of sigma^2 times
-    prod_{dropped} 1/n_i^2 times u X^+ u^T, u = ⊗_{kept} (e_0 - 1/n_i) (factor-wise for kron)."""
+    prod_{dropped} 1/n_i^2 times u X^+ u^T, u = ⊗_{kept} (e_0 - 1/n_i) (one Kronecker row)."""
     sizes = plan.schema.sizes
     measured = {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
     total = 0.0
@@ -186,17 +157,8 @@ def _marginal_cell_variance(plan, v: WorkloadView) -> float:
             continue
         i = measured[sub]
         mech = plan.solutions[plan.keys[i]].mechanism
-        us = [np.eye(1, sizes[a]).ravel() - 1.0 / sizes[a] for a in sub]
-        if mech.kind == "kron":
-            quad = math.prod(float(u @ _pinv_of(m) @ u) for u, m in zip(us, mech.mats))
-        elif not us:
-            quad = 1.0 / float(mech.dense_x()[0, 0])
-        elif mech.kind in ("dense", "lowrank"):  # X^+ = E E^T: no c x c pseudo-inverse
-            z = mech.pinv_factor().T @ kron_dense([u[None, :] for u in us]).ravel()
-            quad = float(z @ z)
-        else:
-            u = kron_dense([u[None, :] for u in us]).ravel()
-            quad = float(u @ _pinv_of(mech.dense_x()) @ u)
+        rows = [(np.eye(1, sizes[a]).ravel() - 1.0 / sizes[a])[None, :] for a in sub]
+        quad = float(np.ravel(mech.kron_rows_pinv_quadratic(rows))[0])
         dropped = math.prod(1.0 / sizes[a] ** 2 for a, k in zip(v.attrs, keep) if not k)
         total += float(plan.allocation.sigma2[i]) * dropped * quad
     return total
@@ -234,13 +196,10 @@ def max_variance_of(plan) -> tuple[float, int, int]:
         candidates = ((j, v.weight * view_variances(plan, v)) for j, v in enumerate(plan.workload.views))
     else:
         candidates = ((c.views[0], c.weight * _representative_variances(plan, c)) for c in query_classes(plan.workload))
-    try:
-        for j, var in candidates:
-            i = int(np.argmax(var))
-            if var[i] > best[0]:
-                best = (float(var[i]), j, i)
-    finally:
-        _PINV_CACHE.clear()
+    for j, var in candidates:
+        i = int(np.argmax(var))
+        if var[i] > best[0]:
+            best = (float(var[i]), j, i)
     return best
 
 

@@ -6,9 +6,9 @@ allocation) the release is
     y_A' = X^(1/2) x_A' + N(0, sigma^2 I),
 
 whose privacy Gram is X / sigma^2, so the plan's allocation bounds the total privacy cost by beta.
-X^(1/2) is applied implicitly: factor by factor (mode products) for Kronecker mechanisms, by FFT for
-Fourier ones, and by one symmetric square root for dense ones; x_A' is the view's marginal counted
-from the records, never the full domain vector. A low-rank mechanism X = V diag(s) V^T releases
+X^(1/2) is applied implicitly (:meth:`querysmasher.mechanisms.ViewMechanism.sqrt_apply`: factor by
+factor for Kronecker mechanisms, by FFT for Fourier ones, by one symmetric square root for dense
+ones); x_A' is the view's marginal counted from the records, never the full domain vector. A low-rank mechanism X = V diag(s) V^T releases
 y_A' = W diag(s)^(1/2) V^T x_A' + N(0, sigma^2 I): r values, with the same privacy Gram X / sigma^2
 (W: the mechanism's orthogonal ``rotation``, the identity unless it was re-derived from its query
 factor, :mod:`querysmasher.queryfactor`).
@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import secrets
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import InputError
-from .linalg import kron_apply, single_threaded_blas
+from .linalg import single_threaded_blas
 from .logs import progress
 from .plan import Plan
-from .solvers.base import ViewMechanism
 
 if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never reads records
     from .data import Records
@@ -43,100 +40,7 @@ if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "sqrt_apply", "pinv_sqrt_apply", "plan_digest", "make_rng", "applied_mechanism", "check_budget"]
-
-
-class _Roots:
-    """X^(1/2) and X^(+1/2) of one mechanism, computed once (factor-wise where possible); kron and
-    dense roots on first use (variances need only the inverse one), from one eigh per matrix."""
-
-    def __init__(self, mech: ViewMechanism):
-        self.mech = mech
-        if mech.kind == "lowrank":
-            v, s = mech.mats
-            nz = s > 0
-            self.v, self.root_s = v[:, nz], np.sqrt(s[nz])
-            self.rot = None if mech.rotation is None else mech.rotation[:, nz]  # B = W diag(s)^(1/2) V^T
-        elif mech.kind == "fourier":
-            w = mech.mats[0]
-            self.sqrt_w = np.sqrt(w)
-            self.pinv_sqrt_w = np.where(w > 0, 1.0 / np.where(w > 0, self.sqrt_w, 1.0), 0.0)
-
-    @cached_property
-    def sqrt(self) -> list[np.ndarray]:
-        return self.mech.powers(0.5)
-
-    @cached_property
-    def pinv_sqrt(self) -> list[np.ndarray]:
-        return self.mech.powers(-0.5)
-
-    def apply(self, x: np.ndarray, inverse: bool) -> np.ndarray:
-        m = self.mech
-        if m.kind == "kron":
-            mats = self.pinv_sqrt if inverse else self.sqrt
-            return kron_apply(mats, x, m.sizes) if mats else x.copy()
-        if m.kind == "dense":
-            return (self.pinv_sqrt if inverse else self.sqrt)[0] @ x
-        if m.kind == "lowrank":  # B = W diag(s)^(1/2) V^T (r x c) and its pseudo-inverse V diag(s)^(-1/2) W^T
-            scale = self.root_s.reshape((-1,) + (1,) * (x.ndim - 1))
-            if inverse:
-                return self.v @ ((x if self.rot is None else self.rot.T @ x) / scale)
-            y = scale * (self.v.T @ x)
-            return y if self.rot is None else self.rot @ y
-        # X = F^H diag(w) F with F the unnormalised DFT: X^(1/2) x = sqrt(c) IFFT(sqrt(w) FFT(x)).
-        c = m.cells
-        batch = x.shape[1:]
-        t = x.reshape(m.sizes + batch)
-        axes = tuple(range(len(m.sizes)))
-        s = (self.pinv_sqrt_w if inverse else self.sqrt_w).reshape(m.sizes + (1,) * len(batch))
-        out = np.real(np.fft.ifftn(s * np.fft.fftn(t, axes=axes), axes=axes))
-        return (out / math.sqrt(c) if inverse else out * math.sqrt(c)).reshape((c,) + batch)
-
-
-@lru_cache(maxsize=64)
-def _roots(mech: ViewMechanism) -> _Roots:
-    """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
-    return _Roots(mech)
-
-
-def sqrt_apply(mech: ViewMechanism, x: np.ndarray) -> np.ndarray:
-    """B x for the measured operator B with B^T B = X: X^(1/2) x, or W diag(s)^(1/2) V^T x (r rows) for
-    a lowrank mechanism (x: cells, or cells x batch)."""
-    return _roots(mech).apply(x, inverse=False)
-
-
-def pinv_sqrt_apply(mech: ViewMechanism, y: np.ndarray) -> np.ndarray:
-    """B^+ y: the least-squares estimate of the view's vector from y = B x + noise (cells rows)."""
-    return _roots(mech).apply(y, inverse=True)
-
-
-def applied_mechanism(mech: ViewMechanism) -> ViewMechanism:
-    """The mechanism :func:`sqrt_apply` really applies, as a ViewMechanism of the same kind.
-
-    For kron and dense mechanisms that is S^T S with S the (eigen-truncated, symmetrised) square
-    root measure uses, so a non-PSD or non-symmetric stored X is charged for what is released; a
-    fourier mechanism must have finite, non-negative weights (the applied operator is then X, or
-    its real part, which costs no more). Unknown kinds are returned as stored. Malformed arrays
-    (wrong shapes, NaN) are an InputError.
-    """
-    for m in mech.mats:
-        if not np.all(np.isfinite(m)):
-            raise InputError("plan mechanism", mech.kind, "holds a NaN or infinite entry")
-    if mech.kind in ("kron", "dense"):
-        shapes = [(n, n) for n in mech.sizes] if mech.kind == "kron" else [(mech.cells, mech.cells)]
-        if [tuple(m.shape) for m in mech.mats] != shapes:
-            raise InputError("plan mechanism", mech.kind, f"has matrices of shapes {[m.shape for m in mech.mats]}, expected {shapes}")
-        return ViewMechanism(mech.kind, mech.sizes, tuple(r @ r for r in _roots(mech).sqrt))
-    if mech.kind == "fourier":
-        w = mech.mats[0]
-        if tuple(w.shape) != tuple(mech.sizes) or np.any(w < 0):
-            raise InputError("plan mechanism", "fourier", f"weights must be non-negative over shape {mech.sizes}")
-    if mech.kind == "lowrank" and mech.rotation is not None:
-        # B = W diag(s)^(1/2) V^T costs max diag(V s V^T), as charged, only for an orthogonal W
-        rot = mech.rotation
-        if not np.all(np.isfinite(rot)) or float(np.abs(rot.T @ rot - np.eye(rot.shape[0])).max(initial=0.0)) > 1e-8:
-            raise InputError("plan mechanism", "lowrank", "has a rotation W that is not orthogonal (B = W diag(s)^(1/2) V^T would cost more than the stored X)")
-    return mech
+__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "plan_digest", "make_rng", "check_budget"]
 
 
 def check_budget(plan: Plan) -> float:
@@ -144,7 +48,7 @@ def check_budget(plan: Plan) -> float:
     when it exceeds the plan's budget. Called before any record is read."""
     from .accounting import check_plan_budget
 
-    return check_plan_budget(plan, applied_mechanism)
+    return check_plan_budget(plan, lambda mech: mech.applied())
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, bool]:
@@ -243,7 +147,7 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator | NoiseS
         for i in progress(views, desc="measure", total=len(views)):
             mech = plan.solutions[plan.keys[i]].mechanism
             x = marginal(records, plan.views[i], plan.schema.sizes)
-            yield int(i), noise.add_gaussian(sqrt_apply(mech, x), float(plan.allocation.sigma2[i]), draws)
+            yield int(i), noise.add_gaussian(mech.sqrt_apply(x), float(plan.allocation.sigma2[i]), draws)
     log.info("measured %d residual views", len(views))
 
 

@@ -269,9 +269,9 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         g.attrs["storage"] = "query-factor"
         return
     mech = s.mechanism
-    from .solvers import base
+    from . import mechanisms
 
-    if mech.kind == "dense" and mech.cells <= base.EXACT_PAIR_CELLS:
+    if mech.kind == "dense" and mech.cells <= mechanisms.EXACT_PAIR_CELLS:
         # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
         # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
         # c x c product (allocate's variance report, measure, reconstruct; 820 views per random:1,2
@@ -281,7 +281,7 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         g.attrs["kind"] = "lowrank"
         g.attrs["storage"] = "eigenpairs"
         w, v = mech.eigh()[0]
-        mech = base.ViewMechanism("lowrank", mech.sizes, (v, w))
+        mech = mechanisms.ViewMechanism("lowrank", mech.sizes, (v, w))
     for i, m in enumerate(mech.mats):
         put(g, f"m{i}", m)
     if mech.rotation is not None:

@@ -26,7 +26,7 @@ from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, marginalise
 from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
-from .measure import Measurements, pinv_sqrt_apply
+from .measure import Measurements
 from .plan import Plan
 from .variances import ViewVarianceMemo, query_variances, view_variances
 from .workload import WorkloadView
@@ -78,7 +78,7 @@ class Reconstruction:
         if k is None:
             return None
         i = int(self.meas.view_index[k])
-        x = pinv_sqrt_apply(self.plan.solutions[self.plan.keys[i]].mechanism, np.asarray(self.meas.y[k]))
+        x = self.plan.solutions[self.plan.keys[i]].mechanism.pinv_sqrt_apply(np.asarray(self.meas.y[k]))
         if x.shape[0] <= CACHE_CELLS:
             self._residual[sub] = x
         return x

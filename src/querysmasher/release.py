@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .accounting import NEIGHBOURS, Budget
+from .accounting import BUDGET_FORMS, NEIGHBOURS, Budget, make_budget
 from .atomic import check_output
 from .documents import as_number, read_document
 from .errors import InputError
@@ -44,7 +44,7 @@ __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec"
 RELEASE_METHODS: tuple[str, ...] = ("qs", "wff", "rp", "rpplus")
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
 _KEYS = ("data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess")
-_BUDGET_KEYS = ("beta", "rho", "mu", "epsilon", "delta")
+_BUDGET_KEYS = (*BUDGET_FORMS, "delta")
 
 
 @dataclass(frozen=True)
@@ -81,24 +81,16 @@ def _number(field: str, value) -> float:
     return as_number(value, field)
 
 
-def _budget(raw) -> Budget:
+def _budget(raw, neighbours: str) -> Budget:
     if not isinstance(raw, dict) or not raw:
         raise InputError("release spec: budget", raw, "must be a mapping with one of beta, rho, mu, epsilon (+ delta)")
     for k in raw:
         if k not in _BUDGET_KEYS:
             raise InputError("release spec: budget", k, f"unknown field (known: {', '.join(_BUDGET_KEYS)})")
-    forms = [k for k in ("beta", "rho", "mu", "epsilon") if k in raw]
-    if len(forms) != 1:
-        raise InputError("release spec: budget", "/".join(forms) or "none", "give exactly one of beta, rho, mu, epsilon")
-    form = forms[0]
-    value = _number(f"release spec: budget.{form}", raw[form])
-    delta = _number("release spec: budget.delta", raw["delta"]) if "delta" in raw else None
-    if form == "epsilon":
-        if delta is None:
-            raise InputError("release spec: budget.epsilon", value, "needs budget.delta")
-        return Budget.from_epsilon_delta(value, delta)
-    report = 1e-6 if delta is None else delta
-    return {"beta": Budget.from_beta, "rho": Budget.from_rho, "mu": Budget.from_mu}[form](value, report)
+    nums = {k: _number(f"release spec: budget.{k}", v) for k, v in raw.items()}
+    if not any(k in nums for k in BUDGET_FORMS):
+        raise InputError("release spec: budget", "none", "give exactly one of beta, rho, mu, epsilon")
+    return make_budget(**nums, neighbours=neighbours, prefix="release spec: budget.")
 
 
 def _table(i: int, raw) -> TableSpec:
@@ -165,7 +157,7 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
             raise InputError(f"release spec: tables[{i}]", f"{t.family}: {list(t.attributes)}", f"is the same table as tables[{j}]: name each table once (use weight to give it more accuracy)")
     return ReleaseSpec(
         str(base / raw["data"]), str(base / raw["domain"]), parsed,
-        _budget(raw["budget"]).with_neighbours(neighbours), method, on_invalid, post,
+        _budget(raw["budget"], neighbours), method, on_invalid, post,
     )
 
 

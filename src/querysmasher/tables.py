@@ -31,24 +31,9 @@ from .families import count_1d
 from .filenames import distinct_file_names
 from .workload import WorkloadView
 
-__all__ = ["mechanism_rank", "cells_estimable", "cell_variances", "write_tables", "MAX_EXPLICIT_CELLS"]
+__all__ = ["cells_estimable", "cell_variances", "write_tables", "MAX_EXPLICIT_CELLS"]
 
 MAX_EXPLICIT_CELLS = 4096  # cell variances through a non-Kronecker residual mechanism: explicit up to this many cells
-
-
-def mechanism_rank(mech, rtol: float = 1e-9) -> int:
-    """Rank of a view mechanism's privacy Gram X (factor-wise for kron, from w for fourier)."""
-
-    def rank(x: np.ndarray) -> int:
-        w = np.linalg.eigvalsh((x + x.T) / 2)
-        return int(np.sum(w > rtol * max(float(w.max(initial=0.0)), 1e-300)))
-
-    if mech.kind == "kron":
-        return math.prod(rank(m) for m in mech.mats)
-    if mech.kind == "fourier":
-        w = mech.mats[0]
-        return int(np.sum(w > rtol * max(float(w.max(initial=0.0)), 1e-300)))
-    return rank(mech.dense_x())
 
 
 def cells_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
@@ -61,7 +46,7 @@ def cells_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
             if sub not in measured:
                 return False, f"residual view ({name}) is not measured"
             need = math.prod(sizes[a] - 1 for a in sub)
-            got = mechanism_rank(plan.solutions[plan.keys[measured[sub]]].mechanism)
+            got = plan.solutions[plan.keys[measured[sub]]].mechanism.rank()
             if got < need:
                 return False, f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection"
     return True, ""
@@ -76,7 +61,7 @@ def cell_variances(plan, attrs: tuple[int, ...]) -> np.ndarray | None:
     # view_variances is factor-wise for kron residual views and explicit (sub-view cells squared) otherwise.
     subs = {s for r in range(len(attrs) + 1) for s in itertools.combinations(attrs, r)}
     for i, a in enumerate(plan.views):
-        if a in subs and np.isfinite(plan.allocation.sigma2[i]) and plan.solutions[plan.keys[i]].mechanism.kind != "kron":
+        if a in subs and np.isfinite(plan.allocation.sigma2[i]) and not plan.solutions[plan.keys[i]].mechanism.FACTORWISE:
             if math.prod(plan.schema.sizes[x] for x in a) > MAX_EXPLICIT_CELLS:
                 return None
     return view_variances(plan, WorkloadView(tuple(attrs), "marginal", 1.0, ("marginal",) * len(attrs)))

@@ -15,8 +15,6 @@ import numpy as np
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
-from .linalg import kron_apply
-from .measure import pinv_sqrt_apply
 from .plan import Plan
 from .workload import WorkloadView
 
@@ -42,67 +40,14 @@ def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> 
         i = measured[sub]
         s = subquery_matrix(q, sizes, keep)
         mech = plan.solutions[plan.keys[i]].mechanism
-        out += plan.allocation.sigma2[i] * _rows_pinv_quadratic(mech, s)
+        out += plan.allocation.sigma2[i] * mech.rows_pinv_quadratic(s)
     return out
-
-
-def _rows_pinv_quadratic(mech, s: np.ndarray) -> np.ndarray:
-    """s X^+ s^T for every row of s (queries over the mechanism's cells)."""
-    if mech.kind in ("lowrank", "dense"):
-        # X^+ = E E^T: E (cells x rank) needs no c x c product (the dense root costs a c^3 one)
-        z = mech.pinv_factor().T @ s.T
-        return np.sum(z * z, axis=0)
-    if mech.kind == "fourier":  # one FFT per query, not the root's FFT and inverse
-        f = np.fft.fftn(s.reshape((s.shape[0],) + tuple(mech.sizes)), axes=tuple(range(1, len(mech.sizes) + 1)))
-        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ _fourier_variance_weights(mech.mats[0]).ravel() / mech.cells**2
-    z = pinv_sqrt_apply(mech, s.T)
-    return np.sum(z * z, axis=0)
-
-
-def _fourier_variance_weights(w: np.ndarray) -> np.ndarray:
-    """a^2 with |Re(X^(+1/2)) q|^2 = sum_f a^2(f) |F q|^2(f) / c^2 for X = F^H diag(w) F: reconstruct
-    applies the real part of the root, F^H diag(a) F / c with a = (r(f) + r(-f)) / 2 and
-    r = (w^+)^(1/2) (a = r when w is symmetric under f -> -f, as WFF's weights are)."""
-    r = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
-    mirrored = r
-    for axis, n in enumerate(r.shape):
-        mirrored = np.take(mirrored, (-np.arange(n)) % n, axis=axis)
-    return ((r + mirrored) / 2) ** 2
-
-
-_CHUNK_BYTES = 64 << 20  # per-query variances are accumulated over blocks of at most this size
-
-
-def _kron_rows_pinv_quadratic(mech, kept_q: list[np.ndarray]) -> np.ndarray:
-    """q X^+ q^T for every Kronecker row q = ⊗ kept_q[j][a_j] (a table over the row indices), without
-    forming the rows: factor-wise for kron, by per-attribute FFTs for fourier, and through a factor
-    X^+ = E E^T, applied to the queries by mode products a block of E's columns at a time, for dense
-    and lowrank mechanisms."""
-    shape = [q.shape[0] for q in kept_q]
-    sizes = mech.sizes
-    if mech.kind == "kron":
-        part = np.ones(())
-        for qc, pinv in zip(kept_q, mech.powers(-1)):  # pseudo-inverses: once per distinct factor
-            part = np.multiply.outer(part, np.einsum("ij,jk,ik->i", qc, pinv, qc))
-        return part
-    if mech.kind == "fourier":
-        # the Kronecker row's |F q|^2 is prod_j |F_j q_j|^2(f_j): a mode product of the variance
-        # weights (w^+ for symmetric w) by the |FFT|^2 of each attribute
-        power = [np.abs(np.fft.fft(qc, axis=1)) ** 2 for qc in kept_q]
-        return kron_apply(power, _fourier_variance_weights(mech.mats[0]).reshape(-1), sizes).reshape(shape) / mech.cells**2
-    e = mech.pinv_factor()
-    rows = math.prod(shape)
-    out = np.zeros(rows)
-    step = max(1, _CHUNK_BYTES // (8 * max(rows, mech.cells)))
-    for lo in range(0, e.shape[1], step):
-        t = kron_apply(kept_q, e[:, lo:lo + step], sizes)
-        out += np.einsum("ij,ij->i", t, t)
-    return out.reshape(shape)
 
 
 def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
     """Variances of every query of a workload view. For product families the Kronecker query rows
-    are never formed (see :func:`_kron_rows_pinv_quadratic`); other families use their explicit rows."""
+    are never formed (:meth:`~querysmasher.mechanisms.ViewMechanism.kron_rows_pinv_quadratic`);
+    other families use their explicit rows."""
     sizes_all = plan.schema.sizes
     if is_full_domain_plan(plan):
         return plan_view_variances(plan, v)
@@ -122,7 +67,7 @@ def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
             if not k:
                 dropped = np.multiply.outer(dropped, q.mean(axis=1) ** 2)
         kept_q = [q - q.mean(axis=1, keepdims=True) for q, k in zip(qs, keep) if k]
-        part = _kron_rows_pinv_quadratic(mech, kept_q)
+        part = mech.kron_rows_pinv_quadratic(kept_q)
         # Put the kept and dropped per-attribute factors back in attribute order.
         kept_axes = [p for p, k in enumerate(keep) if k]
         dropped_axes = [p for p, k in enumerate(keep) if not k]

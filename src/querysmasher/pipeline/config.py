@@ -3,8 +3,6 @@
 >>> e = expand_grid({"grid": [{"schemas": ["cps"], "workloads": ["prefix:1"], "methods": ["rp", "qs"], "budgets": ["rho=0.5"]}]})
 >>> sorted(e)
 ['cps__prefix-1__qs__rho0.5__seed0', 'cps__prefix-1__rp__rho0.5__seed0']
->>> parse_budget("rho=0.5").beta
-1.0
 """
 
 from __future__ import annotations
@@ -13,43 +11,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..accounting import parse_budget
 from .datasets import resolve_data_source
 from .layout import experiment_name, problem_name
 
-__all__ = ["Experiment", "BUDGET_PATTERN", "parse_budget", "expand_grid", "check_config", "format_validation_error"]
-
-BUDGET_PATTERN = r"^(?:(?:beta|rho|mu)=[0-9.eE+-]+|(?:eps|epsilon)=[0-9.eE+-]+,delta=[0-9.eE+-]+)$"
-
-
-def parse_budget(value, delta: float | None = None):
-    """A :class:`Budget` from a config value: a number (beta) or ``beta=B``, ``rho=R``, ``mu=U``,
-    ``eps=E,delta=D``. ``delta`` is the delta at which epsilon is reported for the other forms
-    (default :data:`querysmasher.accounting.DEFAULT_REPORT_DELTA`)."""
-    from ..accounting import DEFAULT_REPORT_DELTA, Budget
-    from ..errors import InputError
-
-    if delta is None:
-        delta = DEFAULT_REPORT_DELTA
-    if isinstance(value, bool):
-        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
-    if isinstance(value, (int, float)):
-        return Budget.from_beta(float(value), delta)
-    text = str(value).strip()
-    if not re.match(BUDGET_PATTERN, text):
-        raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
-    parts = dict(p.split("=", 1) for p in text.split(","))
-    try:
-        nums = {k: float(v) for k, v in parts.items()}
-    except ValueError:
-        raise InputError("budget", value, "holds a value that is not a number") from None
-    if "beta" in nums:
-        return Budget.from_beta(nums["beta"], delta)
-    if "rho" in nums:
-        return Budget.from_rho(nums["rho"], delta)
-    if "mu" in nums:
-        return Budget.from_mu(nums["mu"], delta)
-    return Budget.from_epsilon_delta(nums.get("eps", nums.get("epsilon")), nums["delta"])
-
+__all__ = ["Experiment", "expand_grid", "check_config", "format_validation_error"]
 
 @dataclass
 class Experiment:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ..atomic import write_json
-from .config import parse_budget
+from ..accounting import parse_budget
 from .datasets import load_dataset
 from .evaluate import read_benchmark
 from .steps import read_workload_file

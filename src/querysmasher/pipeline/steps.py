@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..atomic import write_json
 from .cache import batch_id, estimate_cost, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch, write_solutions, write_subproblem
-from .config import parse_budget
+from ..accounting import parse_budget
 from .datasets import load_dataset
 from .layout import batch_path, solve_path, solver_namespace, subproblem_path, workload_id
 

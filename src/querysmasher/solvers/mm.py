@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..accounting import Budget, mechanism_cost
+from ..accounting import Budget
 from ..allocation import allocate
 from ..fulldomain import DEFAULT_MAX_FULL_CELLS, cell_index, check_fits, full_domain_gram
 from ..linalg import content_hash
@@ -82,7 +82,7 @@ def plan_mm(
     mech = ViewMechanism("dense", schema.sizes, (x,))
     key = content_hash("mm", workload.spec, str(schema.sizes))
     sol = ViewSolution(mech, loss, low, which, note, gap)
-    alloc = allocate([loss], budget.beta, [mechanism_cost(mech, budget.neighbours)])
+    alloc = allocate([loss], budget.beta, [mech.cost(budget.neighbours)])
     phases = {"gram": t1 - t0, "solve": t2 - t1, "residual_candidate": time.perf_counter() - t2}
     return Plan(
         schema, workload, "mm", budget, [tuple(range(len(schema)))], [key], np.ones(1), np.array([loss]), np.array([low]),
