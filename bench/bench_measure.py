@@ -36,7 +36,8 @@ def main() -> None:
     from querysmasher.accounting import Budget
     from querysmasher.data import validate_records
     from querysmasher.measure import make_rng, measure_iter, plan_digest, save_measurements
-    from querysmasher.plan import load_plan, make_plan, save_plan
+    from querysmasher.planning import make_plan
+    from querysmasher.plan import load_plan, save_plan
     from querysmasher.reconstruct import reconstruct, save_answers
     from querysmasher.measure import load_measurements
     from querysmasher.schema import parse_schema

@@ -25,7 +25,7 @@ DEFAULT_CASES = [
 CHILD = """
 import json, resource, sys, time
 from querysmasher.accounting import Budget
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 schema, workload, method = sys.argv[1:4]
 t0 = time.perf_counter()
 s = make_plan(schema, workload, method, Budget.from_beta(1.0)).summary()

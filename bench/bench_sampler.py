@@ -36,7 +36,7 @@ def main() -> None:
     from querysmasher.data import validate_records
     from querysmasher.measure import check_budget, measure_iter, measured_views
     from querysmasher.noise import make_noise
-    from querysmasher.plan import make_plan
+    from querysmasher.planning import make_plan
     from querysmasher.schema import parse_schema
 
     schema = parse_schema(args.schema)

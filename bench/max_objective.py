@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from querysmasher.accounting import Budget
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 CASES = [
     ("cps", "marginal:1,2", ("rp", "wff", "qs")),

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from querysmasher.accounting import Budget
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 PRODUCT = ["marginal", "prefix", "range", "circular"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.hdmm import plan_hdmm
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 # The paper's Table 4 (n = 10 and 20): RP+, HDMM, WFF, QS; None = NI (not implemented).
 PAPER = {

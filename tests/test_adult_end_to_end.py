@@ -8,7 +8,7 @@ from querysmasher.data import load_records, marginal
 from querysmasher.families import query_matrix_1d
 from querysmasher.linalg import kron_apply
 from querysmasher.measure import measure
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.reconstruct import reconstruct
 from querysmasher.schema import parse_schema
 

@@ -8,7 +8,7 @@ from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.implicit import ImplicitWorkload
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.schema import parse_schema
 from querysmasher.workload import parse_workload
 

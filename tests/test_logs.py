@@ -12,7 +12,7 @@ import pytest
 
 from querysmasher import logs
 from querysmasher.pipeline import steps
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.accounting import Budget
 
 PLAN = [sys.executable, "-m", "querysmasher", "plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "qs"]

@@ -19,7 +19,8 @@ from querysmasher.decompose import subquery_matrix
 from querysmasher.errors import InputError
 from querysmasher.maxvar import query_classes
 from querysmasher.measure import measure
-from querysmasher.plan import load_plan, make_plan, save_plan
+from querysmasher.planning import make_plan
+from querysmasher.plan import load_plan, save_plan
 from querysmasher.reconstruct import reconstruct, view_variances
 from querysmasher.schema import parse_schema
 from querysmasher.workload import parse_workload

@@ -16,7 +16,8 @@ from querysmasher.accounting import Budget
 from querysmasher.data import load_records, validate_records
 from querysmasher.errors import InputError
 from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements
-from querysmasher.plan import make_plan, save_plan
+from querysmasher.planning import make_plan
+from querysmasher.plan import save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
 

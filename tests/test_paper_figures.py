@@ -1,4 +1,4 @@
-"""config/paper/paper_figures.csv is a faithful transcription of every result table of the paper.
+"""src/querysmasher/paper_figures.csv (package data) is a faithful transcription of every result table of the paper.
 
 The paper's Markdown lives beside the project (``../shared/papers/querysmasher-divide-and-conquer.md``,
 or ``$QUERYSMASHER_PAPER_MD``); the comparison skips only when that file is absent.

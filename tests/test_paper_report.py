@@ -10,7 +10,7 @@ from querysmasher.hdmm import plan_hdmm
 from querysmasher.paper import load_paper_figures
 from querysmasher.pipeline.paper_plots import FIGURES
 from querysmasher.pipeline.paper_report import not_measurable, paper_table, row_keys, table_markdown, write_paper_outputs
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 T4_LABELS = {"prefix:1+affine:2": "affine", "prefix:1,2": "prefix"}
 

@@ -16,7 +16,7 @@ import yaml
 
 from querysmasher.accounting import Budget
 from querysmasher.hdmm import plan_hdmm
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 from test_workflow import SNAKEFILE, jobs_run, needs_snakemake, snakemake  # noqa: I001  (tests/ is on sys.path)
 

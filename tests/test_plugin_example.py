@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from querysmasher.accounting import Budget
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "querysmasher-plugin-example"

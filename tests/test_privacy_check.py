@@ -7,7 +7,8 @@ import pytest
 
 from querysmasher.accounting import Budget
 from querysmasher.cli import main
-from querysmasher.plan import make_plan, save_plan
+from querysmasher.planning import make_plan
+from querysmasher.plan import save_plan
 
 
 @pytest.fixture()

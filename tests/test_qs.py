@@ -6,7 +6,7 @@ import pytest
 
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.schema import parse_schema
 from querysmasher.solvers import get_solver, mechanism_loss
 from querysmasher.workload import parse_workload

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from querysmasher import plan as plan_module
+from querysmasher.planners import residual as plan_module
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
 from querysmasher.errors import InputError
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.schema import parse_schema
 from querysmasher.solvers import mechanism_loss
 from querysmasher.solvers.base import pinv_psd

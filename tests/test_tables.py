@@ -10,7 +10,7 @@ from bruteforce import full_privacy_gram, marginal_map, pinv
 from querysmasher.accounting import Budget
 from querysmasher.data import validate_records
 from querysmasher.measure import make_rng, measure
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 from querysmasher.reconstruct import reconstruct
 from querysmasher.schema import parse_schema
 from querysmasher.tables import cells_estimable, write_tables

@@ -26,7 +26,7 @@ from querysmasher import accounting
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.io import read_kind
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"

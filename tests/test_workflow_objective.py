@@ -7,7 +7,8 @@ import pytest
 from querysmasher.errors import InputError
 from querysmasher.pipeline.config import check_config, expand_grid
 from querysmasher.pipeline.steps import plan_max_to_files, write_workload_file
-from querysmasher.plan import load_plan, make_plan
+from querysmasher.planning import make_plan
+from querysmasher.plan import load_plan
 from querysmasher.accounting import Budget
 
 

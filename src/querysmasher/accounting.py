@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["Budget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "view_costs", "plan_privacy_cost", "check_plan_budget"]
+__all__ = ["Budget", "PureBudget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "view_costs", "plan_privacy_cost", "check_plan_budget"]
 
 DEFAULT_REPORT_DELTA = 1e-6
 NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
@@ -195,6 +195,7 @@ class Budget:
     source: str = "beta"
     delta: float = DEFAULT_REPORT_DELTA
     neighbours: str = "add-remove"
+    noise = "gaussian"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
@@ -258,10 +259,31 @@ class Budget:
         }
 
 
+@dataclass(frozen=True)
+class PureBudget:
+    """A pure ε-DP budget (Laplace noise, HDMM as its paper defines it): δ = 0, add-remove neighbours.
+
+    >>> PureBudget(0.5).to_dict()["privacy"]
+    'pure epsilon-DP'
+    """
+
+    epsilon: float
+    noise = "laplace"
+    neighbours = "add-remove"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise InputError("epsilon", self.epsilon, "must be a finite number > 0")
+
+    def to_dict(self) -> dict:
+        return {"epsilon": self.epsilon, "delta": 0.0, "source": "epsilon", "noise": "laplace", "privacy": "pure epsilon-DP"}
+
+
 BUDGET_FORMS: tuple[str, ...] = ("beta", "rho", "mu", "epsilon")
 
 
-def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neighbours: str = "add-remove", prefix: str = "") -> Budget:
+def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neighbours: str = "add-remove", noise: str = "gaussian",
+                prefix: str = "") -> Budget | PureBudget:
     """The one rule every face applies to a budget: exactly one of beta, rho (zCDP), mu (GDP) or
     epsilon (which needs delta); none means beta = 1; with the other forms, delta is the delta at which
     epsilon is reported (default :data:`DEFAULT_REPORT_DELTA`). ``prefix`` is how the face names the
@@ -276,6 +298,17 @@ def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neigh
     """
     values = {"beta": beta, "rho": rho, "mu": mu, "epsilon": epsilon}
     given = [k for k in BUDGET_FORMS if values[k] is not None]
+    if noise == "laplace":  # pure epsilon-DP: epsilon alone
+        others = [prefix + k for k in (*given, *(["delta"] if delta is not None else [])) if k != "epsilon"]
+        if others:
+            raise InputError(f"{prefix}noise laplace", " ".join(others), f"takes only {prefix}epsilon (pure epsilon-DP, delta = 0)")
+        if epsilon is None:
+            raise InputError(f"{prefix}noise laplace", "", f"needs {prefix}epsilon")
+        if neighbours != "add-remove":
+            raise InputError(prefix + "neighbours", neighbours, "pure epsilon-DP (Laplace) plans are accounted for add-remove neighbours only")
+        return PureBudget(epsilon)
+    if noise != "gaussian":
+        raise InputError(prefix + "noise", noise, "must be gaussian or laplace")
     if len(given) > 1:
         raise InputError("budget", "/".join(prefix + k for k in given), "give exactly one of " + ", ".join(prefix + k for k in BUDGET_FORMS))
     for k, v in [*values.items(), ("delta", delta)]:

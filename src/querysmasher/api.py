@@ -54,9 +54,6 @@ def budget(*, beta: float | None = None, rho: float | None = None, mu: float | N
     return make_budget(beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta)
 
 
-_make_budget = budget
-
-
 @dataclasses.dataclass(eq=False, repr=False)
 class MeasurablePlan(Plan):
     """A :class:`~querysmasher.plan.Plan` with the next step as a method (what this module returns;
@@ -96,22 +93,17 @@ def _release(meas: Measurements, plan: Plan | None) -> Release:
 
 
 def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float | None = None, rho: float | None = None, mu: float | None = None,
-              epsilon: float | None = None, delta: float | None = None, all_numeric: bool = False, solver_options: dict | None = None):
-    """Optimise the mechanism of a workload: :func:`querysmasher.plan.make_plan` with the budget
-    given as a :class:`Budget` or as one keyword (beta, rho, mu, epsilon+delta; default beta = 1).
-    ``method`` is a registered solver name (``qs``, ``wff``, ``rp``, ``rpplus``, plugins) or ``hdmm``.
-    Returns a :class:`MeasurablePlan` (a Plan with ``.measure``), or an HDMM plan.
+              epsilon: float | None = None, delta: float | None = None, neighbours: str | None = None, noise: str = "gaussian",
+              objective: str = "sum", options: dict | None = None, solver_options: dict | None = None, all_numeric: bool = False):
+    """Optimise the mechanism of a workload: :func:`querysmasher.planning.make_plan` (every method
+    of the method table, every objective, budget as a Budget or as one keyword). Returns a
+    :class:`MeasurablePlan` (a Plan with ``.measure``), or the planner's own plan (HDMM).
     """
-    from . import plan as plan_module
+    from .planning import make_plan as plan_workload
 
-    if budget is not None and any(v is not None for v in (beta, rho, mu, epsilon, delta)):
-        raise InputError("budget", budget, "give a Budget or keywords, not both")
-    b = budget if budget is not None else _make_budget(beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta)
-    if method == "hdmm":
-        from .hdmm import plan_hdmm
-
-        return plan_hdmm(schema, workload, b, all_numeric=all_numeric)
-    return _measurable(plan_module.make_plan(schema, workload, method, b, all_numeric=all_numeric, solver_options=solver_options))
+    return _measurable(plan_workload(schema, workload, method, budget, beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta,
+                                     neighbours=neighbours, noise=noise, objective=objective, options=options,
+                                     solver_options=solver_options, all_numeric=all_numeric))
 
 
 def _records(plan, data, *, domain=None, on_invalid: str = "error"):
@@ -254,15 +246,12 @@ def _plan_sha256(plan) -> str:
 
 
 def save(obj, path) -> None:
-    """Write a Plan (``plan.h5``), an HDMM plan, Measurements (the release) or Answers to ``path``,
+    """Write a plan of any kind (``plan.h5``), Measurements (the release) or Answers to ``path``,
     in the same formats as the command line, atomically."""
     from .measure import plan_digest, save_measurements
-    from .plan import save_plan
+    from .stages import PLAN_KINDS
 
-    if isinstance(obj, Plan):
-        save_plan(obj, path)
-        obj._sha256 = plan_digest(path)
-    elif isinstance(obj, Measurements):
+    if isinstance(obj, Measurements):
         plan = getattr(obj, "plan", None)
         if plan is None:
             raise InputError("measurements", "plan", "are not attached to a plan")
@@ -270,12 +259,14 @@ def save(obj, path) -> None:
         save_measurements(path, plan, zip((int(i) for i in obj.view_index), obj.y), seeded=obj.seeded, plan_sha256=digest)
     elif isinstance(obj, Answers):
         obj.save(path)
-    elif type(obj).__name__ == "HDMMPlan":
-        from .hdmm.files import save_hdmm_plan
+    elif any(isinstance(obj, k.plan_type) for k in PLAN_KINDS.values()):
+        from .stages import kind_of
 
-        save_hdmm_plan(obj, path)
+        kind_of(obj).save(obj, path)
+        if isinstance(obj, Plan):
+            obj._sha256 = plan_digest(path)
     else:
-        raise InputError("save", type(obj).__name__, "is not a Plan, HDMMPlan, Measurements or Answers")
+        raise InputError("save", type(obj).__name__, "is not a plan, Measurements or Answers")
 
 
 def load(path, *, plan=None):
@@ -283,19 +274,16 @@ def load(path, *, plan=None):
     file), which must be the plan they were made with (checked by its digest when known)."""
     from .io import read_kind
     from .measure import load_measurements, plan_digest
-    from .plan import load_plan
+    from .stages import PLAN_KINDS
 
     if not Path(path).is_file():
         raise InputError("file", str(path), "does not exist")
     kind = read_kind(path)
-    if kind == "plan":
-        p = _measurable(load_plan(path))
-        p._sha256 = plan_digest(path)
+    if kind in PLAN_KINDS:
+        p = _measurable(PLAN_KINDS[kind].load(path))
+        if isinstance(p, Plan):
+            p._sha256 = plan_digest(path)
         return p
-    if kind == "hdmm-plan":
-        from .hdmm.files import load_hdmm_plan
-
-        return load_hdmm_plan(path)
     if kind == "measurements":
         if isinstance(plan, (str, os.PathLike)):
             plan = load(plan)

@@ -16,10 +16,11 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .accounting import DEFAULT_REPORT_DELTA, Budget, make_budget
+from .accounting import DEFAULT_REPORT_DELTA, Budget, PureBudget, make_budget
 from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
+from .methods import get_method, method_names
 
 __all__ = ["main", "build_parser"]
 
@@ -33,22 +34,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def _budget(args: argparse.Namespace) -> Budget:
-    return make_budget(beta=args.beta, rho=args.rho, mu=args.mu, epsilon=args.epsilon, delta=args.delta, neighbours=args.neighbours, prefix="--")
-
-
-def _pure_budget(args: argparse.Namespace):
-    """--noise laplace: pure epsilon-DP, hdmm only."""
-    if args.method != "hdmm":
-        raise InputError("--noise", "laplace", f"method {args.method} is a Gaussian mechanism (zCDP); only hdmm supports Laplace noise")
-    given = [f"--{n}" for n in ("beta", "rho", "mu", "delta") if getattr(args, n) is not None]
-    if given:
-        raise InputError("--noise laplace", " ".join(given), "takes only --epsilon (pure epsilon-DP, delta = 0)")
-    if args.epsilon is None:
-        raise InputError("--noise laplace", "", "needs --epsilon")
-    from .hdmm.laplace import PureBudget
-
-    return PureBudget(args.epsilon)
+def _budget(args: argparse.Namespace) -> Budget | PureBudget:
+    return make_budget(beta=args.beta, rho=args.rho, mu=args.mu, epsilon=args.epsilon, delta=args.delta, neighbours=args.neighbours,
+                       noise=args.noise, prefix="--")
 
 
 def _add_budget(p: argparse.ArgumentParser) -> None:
@@ -146,8 +134,6 @@ def _solver_options(args: argparse.Namespace) -> dict:
         if not args.memory_budget_mb > 0:
             raise InputError("--memory-budget-mb", args.memory_budget_mb, "must be > 0")
         opts["memory_budget_mb"] = args.memory_budget_mb
-    if opts and args.method not in ("qs", "mm"):
-        raise InputError("--method", args.method, "--target-gap, --max-dense-cells and --memory-budget-mb apply to qs and mm only")
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
@@ -155,56 +141,32 @@ def _solver_options(args: argparse.Namespace) -> dict:
         from .documents import parse_yaml
 
         opts[key.strip()] = parse_yaml(value, f"--option {key.strip()}")
-    if args.option and args.method in ("hdmm", "mm"):
-        raise InputError("--option", ",".join(args.option), f"{args.method} takes no solver options")
-    if opts and args.method != "mm":
-        from .solvers import get_solver
-
-        try:  # the solver's own check of its options, before any work
-            get_solver(args.method, **opts)
-        except (TypeError, ValueError) as exc:
-            raise InputError("--option", ",".join(args.option) or "", f"rejected by method {args.method!r}: {exc}") from None
+    if opts:  # the method's own check of its options, before any work
+        try:
+            get_method(args.method).build(**opts)
+        except InputError as exc:
+            raise InputError("--option", ",".join(args.option) or ",".join(opts), exc.reason) from None
     return opts
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .plan import make_plan, save_plan
-    from .solvers import SOLVERS
+    from .planning import make_plan
+    from .stages import kind_of
+    from .workload import workload_input_files
 
-    methods = sorted(SOLVERS) + ["hdmm", "mm"]
-    if args.method not in methods:
-        raise InputError("--method", args.method, f"unknown method (known: {', '.join(methods)})")
-    if args.method == "hdmm" and args.neighbours != "add-remove":
-        raise InputError("--neighbours", args.neighbours, "hdmm plans are accounted for add-remove neighbours only")
-    budget = _pure_budget(args) if args.noise == "laplace" else _budget(args)
-    from .schema import check_attribute_sizes, parse_schema
-    from .workload import parse_workload, workload_input_files
-
+    m = get_method(args.method)  # unknown methods, objectives, noises and relations: before any work
+    m.check(objective=args.objective, noise=args.noise, neighbours=args.neighbours, prefix="--")
+    budget = _budget(args)
     if args.out:
         check_output(args.out, inputs=[args.schema, *workload_input_files(args.workload)])
-
-    schema = parse_schema(args.schema, all_numeric=args.all_numeric)
-    check_attribute_sizes(schema, [a for v in parse_workload(args.workload, schema).views for a in v.attrs])
     opts = _solver_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if args.method == "hdmm":
-            if args.objective != "sum":
-                raise InputError("--objective", args.objective, "hdmm minimises the sum of variances only")
-            from .hdmm import plan_hdmm
-
-            plan = plan_hdmm(args.schema, args.workload, budget, all_numeric=args.all_numeric)
-        else:
-            plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, solver_options=opts, objective=args.objective)
+        plan = make_plan(args.schema, args.workload, args.method, budget, all_numeric=args.all_numeric, options=opts, objective=args.objective)
     for w in caught:
         log.warning("%s", w.message)
     if args.out:
-        if args.method == "hdmm":
-            from .hdmm.files import save_hdmm_plan
-
-            save_hdmm_plan(plan, args.out)
-        else:
-            save_plan(plan, args.out)
+        kind_of(plan).save(plan, args.out)
     s = plan.summary()
     if args.json:
         print(json.dumps(s))

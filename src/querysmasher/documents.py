@@ -97,6 +97,8 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123
 
 def parse_yaml(text: str, field: str):
     """The document in ``text`` (see the module docstring); errors name ``field``."""
+    if not _brackets_nest_at_most(text, MAX_DEPTH):  # PyYAML's scanner is quadratic in flow depth
+        raise InputError(field, "", f"nests deeper than {MAX_DEPTH} levels")
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except _Refused as exc:
@@ -118,9 +120,9 @@ def _no_duplicate_keys(pairs):
     return out
 
 
-def _json_depth_ok(text: str) -> bool:
-    """Whether brackets outside strings nest at most MAX_DEPTH deep (checked before json.loads,
-    which recurses once per level)."""
+def _brackets_nest_at_most(text: str, limit: int) -> bool:
+    """Whether ``[`` and ``{`` outside double-quoted strings nest at most ``limit`` deep (checked
+    before parsing: json.loads recurses once per level, PyYAML's scanner slows quadratically)."""
     depth = deepest = 0
     in_str = esc = False
     for ch in text:
@@ -136,7 +138,7 @@ def _json_depth_ok(text: str) -> bool:
         elif ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
-            if deepest > MAX_DEPTH:
+            if deepest > limit:
                 return False
         elif ch in "]}":
             depth -= 1
@@ -145,7 +147,7 @@ def _json_depth_ok(text: str) -> bool:
 
 def parse_json(text: str, field: str):
     """A JSON document, with the same bounds as :func:`parse_yaml`."""
-    if not _json_depth_ok(text):
+    if not _brackets_nest_at_most(text, MAX_DEPTH):
         raise InputError(field, "", f"nests deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)

@@ -121,15 +121,15 @@ def full_domain_variances(sizes: tuple[int, ...], x_pinv: np.ndarray, sigma2: fl
 
 
 def is_full_domain_plan(plan) -> bool:
-    """True for plans whose one mechanism covers the whole domain (method ``mm``), whose views are
-    not residual views: reconstruction marginalises the full-domain estimate instead of lifting."""
-    return plan.method == "mm"
+    """True for plans whose one mechanism covers the whole domain (``mm``, whole-workload plugins),
+    whose views are not residual views: reconstruction marginalises the full-domain estimate."""
+    return plan.layout == "full-domain"
 
 
 @lru_cache(maxsize=8)
 def _pinv(mech) -> np.ndarray:
     """X^+ of a (dense, full-domain) mechanism, once per mechanism object."""
-    from .solvers.base import pinv_psd
+    from .linalg import pinv_psd
 
     return pinv_psd(mech.dense_x())
 

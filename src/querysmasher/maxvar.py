@@ -26,7 +26,7 @@ workload to itself, so an optimal nu is constant on the orbits: views of one ter
 exchangeable (permuting values of each attribute), so a marginal view has a single weight and stays
 Kronecker; other views get one weight per query, applied to an explicit Gram Q^T diag(nu) Q.
 
-The planner that drives this objective is :mod:`querysmasher.maxplan`.
+The planner that drives this objective is :mod:`querysmasher.planners.maxplan`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ __all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_varianc
 OBJECTIVES = ("sum", "max")
 DEFAULT_MAX_TARGET_GAP = 1e-3
 DEFAULT_MAX_ITERATIONS = 60
-INNER_TARGET_GAP = 1e-8
 NU_FLOOR = 1e-9  # relative floor on query weights: every query keeps a share of range(G)
 
 

@@ -1,6 +1,6 @@
 """The paper's published figures (Tables 2-7 of the QuerySmasher paper), read from one data file.
 
-``config/paper/paper_figures.csv`` holds every cell of the paper's result tables, one row per cell,
+``paper_figures.csv`` (package data, beside this module) holds every cell of the paper's result tables, one row per cell,
 transcribed from the paper (``tests/test_paper_figures.py`` checks it against the paper's Markdown):
 ``table, dataset, n, d, workload, column, printed, value, unit, flag`` where ``printed`` is the
 cell as printed (``<`` for the paper's "${<}$", ``*`` for its "∗"), ``value`` its number (the bound
@@ -26,7 +26,7 @@ from .errors import InputError
 
 __all__ = ["PaperFigure", "PaperFigures", "PAPER_FIGURES_FILE", "METHOD_COLUMNS", "load_paper_figures"]
 
-PAPER_FIGURES_FILE = Path(__file__).resolve().parents[2] / "config" / "paper" / "paper_figures.csv"
+PAPER_FIGURES_FILE = Path(__file__).resolve().parent / "paper_figures.csv"  # installed with the package
 FIELDS = ("table", "dataset", "n", "d", "workload", "column", "printed", "value", "unit", "flag")
 # our method name -> the paper's column header
 METHOD_COLUMNS: dict[str, str] = {"rpplus": "RP+", "hdmm": "HDMM", "wff": "WFF", "qs": "QS"}

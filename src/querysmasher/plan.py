@@ -1,9 +1,15 @@
-"""Planning: decompose a workload, solve each distinct subproblem once, allocate the budget.
+"""The Plan record: per view its mechanism and noise scale, the budget, the predicted error.
 
->>> from querysmasher.accounting import Budget
->>> p = make_plan("cps", "marginal:1", "rp", Budget.from_beta(1.0))
->>> round(p.rmse, 3)
-1.744
+A plan is what every planner returns (:mod:`querysmasher.planners`, :func:`querysmasher.planning.make_plan`)
+and what the stages read (measure, reconstruct, the variances). Its views are residual views
+(``layout = "residual"``: the answers of a workload view sum the estimates of the residual views
+under it) or one view over every attribute (``layout = "full-domain"``: ``mm``, whole-workload
+plugins), whose estimate is marginalised.
+
+>>> from querysmasher.planning import make_plan
+>>> p = make_plan("cps", "marginal:1", "rp", beta=1.0)
+>>> round(p.rmse, 3), p.layout
+(1.744, 'residual')
 """
 
 from __future__ import annotations
@@ -11,25 +17,22 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from .accounting import Budget, view_costs
-from .allocation import Allocation, PredictedError, allocate, rmse
-from .decompose import Decomposition, SubworkloadGram, decompose
-from .errors import InputError
-from .linalg import MatrixStore
-from .logs import progress
-from .schema import Schema, parse_schema
-from .solvers import ViewSolution, ViewSolver, get_solver
+from .allocation import Allocation, PredictedError, rmse
+from .schema import Schema
+from .solvers import ViewSolution
 from .workload import Workload, parse_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Plan", "make_plan", "solve_distinct", "assemble_plan", "save_plan", "load_plan", "write_solution", "read_solution"]
+__all__ = ["Plan", "LAYOUTS", "save_plan", "load_plan", "write_solution", "read_solution"]
+
+LAYOUTS: tuple[str, ...] = ("residual", "full-domain")
 
 
 @dataclass(eq=False)
@@ -52,6 +55,11 @@ class Plan(PredictedError):
     notes: list[str] = field(default_factory=list)
     objective: str = "sum"  # what the mechanisms and the allocation minimise: "sum" or "max" variance
     max_certificate: dict | None = None  # objective "max": lower bound on the optimum, gap, iterations
+    layout: str = "residual"  # "residual" views, or one "full-domain" view over every attribute (marginalised)
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"plan layout {self.layout!r} is not one of {LAYOUTS}")
 
     @property
     def certified(self) -> bool:
@@ -129,95 +137,6 @@ class Plan(PredictedError):
                 f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
 
 
-def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
-    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
-    out = {}
-    for key, g in progress(distinct.items(), desc=f"solve ({getattr(solver, 'name', 'solver')})", total=len(distinct), unit="solve"):
-        t0 = time.perf_counter()
-        out[key] = sol = solver.solve(g, store)
-        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, time.perf_counter() - t0, sol.solver, f" {sol.note}" if sol.note else "")
-    return out
-
-
-def assemble_plan(
-    decomp: Decomposition,
-    solutions: dict[str, ViewSolution],
-    method: str,
-    budget: Budget,
-    phase_seconds: dict[str, float] | None = None,
-) -> Plan:
-    """Scale every view's solution by its Gram scale and allocate the budget."""
-    t0 = time.perf_counter()
-    views = list(decomp.grams)
-    keys = [decomp.keys[a][0] for a in views]
-    scales = np.array([decomp.keys[a][1] for a in views])
-    losses = np.array([s * solutions[k].loss for k, s in zip(keys, scales)])
-    lows = np.array([s * solutions[k].lower_bound for k, s in zip(keys, scales)])
-    # Each mechanism's actual privacy cost (its max diagonal, at most 1), so none is assumed.
-    costs = view_costs(keys, solutions, budget.neighbours)
-    alloc = allocate(losses, budget.beta, costs)
-    notes = sorted({f"{solutions[k].solver}: {solutions[k].note}" for k in keys if solutions[k].note})
-    phases = dict(phase_seconds or {})
-    phases["allocate"] = time.perf_counter() - t0
-    plan = Plan(
-        decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
-        {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
-    )
-    log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
-    return plan
-
-
-def make_plan(
-    schema: Schema | str,
-    workload: Workload | str,
-    method: str,
-    budget: Budget,
-    *,
-    all_numeric: bool = False,
-    solver_options: dict | None = None,
-    objective: str = "sum",
-) -> Plan:
-    """The whole planning pipeline in one call (what ``querysmasher plan`` runs).
-
-    ``objective`` "sum" minimises the total weighted variance, "max" the largest weighted query
-    variance (:mod:`querysmasher.maxvar`).
-    """
-    if isinstance(schema, str):
-        schema = parse_schema(schema, all_numeric=all_numeric)
-    if isinstance(workload, str):
-        workload = parse_workload(workload, schema)
-    if objective not in ("sum", "max"):
-        raise InputError("objective", objective, "must be 'sum' or 'max'")
-    if objective == "max":
-        if method not in ("qs", "wff", "rp"):
-            raise InputError("objective", objective, f"is implemented for qs, wff and rp, not {method}")
-        from .maxplan import plan_max
-
-        return plan_max(schema, workload, method, budget, solver_options=solver_options)
-    if method == "mm":  # the whole domain at once: no residual decomposition
-        from .solvers.mm import plan_mm
-
-        names = {"target_gap": "target_gap", "max_dense_cells": "max_cells"}
-        for k in solver_options or {}:
-            if k not in names:
-                raise InputError("solver option", k, f"mm takes {', '.join(names)} only")
-        return plan_mm(schema, workload, budget, **{names[k]: v for k, v in (solver_options or {}).items()})
-    solver = get_solver(method, **(solver_options or {}))
-    decomp = decompose(workload)
-    t0 = time.perf_counter()
-    distinct = decomp.distinct()
-    log.info("decomposed %s: %d residual views, %d distinct subproblems, %.2f s", workload.spec, len(decomp.grams), len(distinct), decomp.seconds)
-    if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
-        solver.prepare(decomp)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        solutions = solve_distinct(distinct, decomp.store, solver)
-    for w in caught:
-        warnings.warn(w.message, w.category, stacklevel=2)
-    phases = {"decompose": decomp.seconds, "solve": time.perf_counter() - t0}
-    return assemble_plan(decomp, solutions, method, budget, phases)
-
-
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
     from .io import atomic_h5, new_group, put, put_custom_queries, put_json
@@ -226,6 +145,7 @@ def save_plan(plan: Plan, path) -> None:
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
+        f.attrs["layout"] = plan.layout
         put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
         put_json(f, "summary", plan.summary())
         put_custom_queries(f, plan.workload.custom)
@@ -345,4 +265,5 @@ def load_plan(path) -> Plan:
             schema, workload, str(f.attrs["method"]), budget, views, keys, v["scale"][()], losses,
             v["lower_bound"][()], alloc, solutions, int(summary["views"]), dict(summary["phase_seconds"]),
             list(summary["notes"]), summary.get("objective", "sum"), certificate or None,
+            str(f.attrs.get("layout", "full-domain" if str(f.attrs["method"]) == "mm" else "residual")),
         )

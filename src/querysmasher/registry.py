@@ -18,11 +18,27 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 
-__all__ = ["PluginRegistry", "NAME_PATTERN"]
+__all__ = ["PluginRegistry", "NAME_PATTERN", "lazy_factory"]
 
 log = logging.getLogger(__name__)
 
 NAME_PATTERN = r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$"  # no '-' or '__': method names are parts of folder names
+
+
+def lazy_factory(module: str, cls: str) -> Callable:
+    """A factory of a built-in class imported on first use (optimisers pull in scipy); its
+    ``capabilities`` attribute loads the class, whose attributes say what the method supports."""
+
+    def load():
+        import importlib
+
+        return getattr(importlib.import_module(module), cls)
+
+    def factory(**options):
+        return load()(**options)
+
+    factory.capabilities = load
+    return factory
 
 
 def _dist_name(ep) -> str:
@@ -93,8 +109,9 @@ class PluginRegistry(MutableMapping[str, Callable]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
-    def is_builtin(self, name: str) -> bool:
-        return name in self._builtins
+    @property
+    def builtin_names(self) -> frozenset[str]:
+        return frozenset(self._builtins)
 
     def origin(self, name: str) -> str:
         """``querysmasher`` for built-ins, else ``{distribution} {version}`` of the plugin."""

@@ -10,7 +10,7 @@ A release spec is one YAML file::
         weight: 2
     budget: {rho: 0.5}              # one of beta | rho | mu | epsilon (+ delta); delta alone sets the report delta
     neighbours: add-remove          # or replace
-    method: qs                      # qs (default) | wff | rp | rpplus
+    method: qs                      # qs (default), or any method of the method table whose plans have per-view tables
     on_invalid: error               # or drop
     postprocess: false              # also write non-negative integer tables (labelled, biased)
 
@@ -35,13 +35,12 @@ from .accounting import BUDGET_FORMS, NEIGHBOURS, Budget, make_budget
 from .atomic import check_output
 from .documents import as_number, read_document
 from .errors import InputError
+from .methods import get_method
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
 from .schema import Schema
 from .workload import Workload, parse_workload
 
-__all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release", "RELEASE_METHODS"]
-
-RELEASE_METHODS: tuple[str, ...] = ("qs", "wff", "rp", "rpplus")
+__all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
 _KEYS = ("data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess")
 _BUDGET_KEYS = (*BUDGET_FORMS, "delta")
@@ -140,8 +139,13 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     if neighbours not in NEIGHBOURS:
         raise InputError("release spec: neighbours", neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
     method = raw.get("method", "qs")
-    if method not in RELEASE_METHODS:
-        raise InputError("release spec: method", method, f"must be one of {', '.join(RELEASE_METHODS)}")
+    try:
+        m = get_method(method)
+        m.check(noise="gaussian", neighbours=neighbours)
+    except InputError as exc:
+        raise InputError("release spec: method", method, exc.reason) from None
+    if m.declared("plan_kind", "plan") != "plan":
+        raise InputError("release spec: method", method, "makes plans without per-view tables (answers only): a release publishes tables")
     on_invalid = raw.get("on_invalid", "error")
     if on_invalid not in ("error", "drop"):
         raise InputError("release spec: on_invalid", on_invalid, "must be error or drop")
@@ -185,7 +189,8 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .data import load_records, warn_dropped
     from .measure import Measurements, check_budget, measure_iter, measured_views
     from .noise import make_noise
-    from .plan import make_plan
+    from .planning import make_plan
+    from .stages import kind_of
     from .reconstruct import reconstruct
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
@@ -198,6 +203,8 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     schema = parse_schema(spec.domain)
     workload = release_workload(spec.tables, schema)
     plan = make_plan(schema, workload, spec.method, spec.budget)
+    if not kind_of(plan).per_view_tables:
+        raise InputError("release spec: method", spec.method, "makes plans without per-view tables (answers only): a release publishes tables")
     cost = check_budget(plan)  # before any record is read
     noise = make_noise(None, "opendp")
     # the lock is taken before any record is read: a second release into the same folder fails now

@@ -114,7 +114,7 @@ def _solver_of(solver) -> tuple[object, str]:
 
 def plan_with(solver, workload: Workload | str, budget: Budget | None = None, schema: Schema = SMALL_SCHEMA):
     """A plan made with a solver object (or name/factory), the way ``make_plan`` makes one."""
-    from .plan import assemble_plan, solve_distinct
+    from .planners.residual import assemble_plan, solve_distinct
 
     obj, name = _solver_of(solver)
     wl = parse_workload(workload, schema) if isinstance(workload, str) else workload

@@ -2,7 +2,10 @@
 sigma^2 q_{=>A'} X_A'^+ q_{=>A'}^T, for explicit query rows and for whole workload views.
 
 Reconstruction uses them beside its answers; planning uses them for the largest query variance
-(:mod:`querysmasher.maxvar`) without depending on how answers are reconstructed.
+(:mod:`querysmasher.maxvar`) without depending on how answers are reconstructed. A plan here is
+anything with the fields of :class:`querysmasher.plan.Plan` (schema, workload, views, keys,
+solutions, allocation, layout): this module sits below the record, which reports its largest
+variance through it.
 """
 
 from __future__ import annotations
@@ -15,17 +18,16 @@ import numpy as np
 from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
-from .plan import Plan
 from .workload import WorkloadView
 
 __all__ = ["query_variances", "view_variances", "ViewVarianceMemo"]
 
 
-def _measured(plan: Plan) -> dict[tuple[int, ...], int]:
+def _measured(plan: "Plan") -> dict[tuple[int, ...], int]:
     return {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
 
 
-def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+def query_variances(plan: "Plan", attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
     """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
     if is_full_domain_plan(plan):
         return plan_query_variances(plan, attrs, queries)
@@ -44,7 +46,7 @@ def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> 
     return out
 
 
-def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
+def view_variances(plan: "Plan", v: WorkloadView) -> np.ndarray:
     """Variances of every query of a workload view. For product families the Kronecker query rows
     are never formed (:meth:`~querysmasher.mechanisms.ViewMechanism.kron_rows_pinv_quadratic`);
     other families use their explicit rows."""
@@ -77,7 +79,7 @@ def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:
     return out
 
 
-def _query_identity(plan: Plan, v: WorkloadView):
+def _query_identity(plan: "Plan", v: WorkloadView):
     """What fixes a view's query rows, given its attribute sizes: the 1-D factors, the pair family,
     or (random, custom) the view itself."""
     sizes = tuple(plan.schema.sizes[a] for a in v.attrs)
@@ -105,7 +107,7 @@ class ViewVarianceMemo:
     (1, 5)
     """
 
-    def __init__(self, plan: Plan, max_bytes: int = 256 << 20):
+    def __init__(self, plan: "Plan", max_bytes: int = 256 << 20):
         from collections import OrderedDict
 
         self.plan = plan

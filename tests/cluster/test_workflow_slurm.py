@@ -6,7 +6,7 @@ import pytest
 from slurm_helpers import REPO_ROOT, assert_snakemake_ok, run_snakemake_on_slurm
 
 from querysmasher.accounting import Budget
-from querysmasher.plan import make_plan
+from querysmasher.planning import make_plan
 
 pytestmark = pytest.mark.cluster
 

@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..accounting import PureBudget  # re-exported: the budget of Laplace plans
 from ..errors import InputError
 from ..linalg import centering, kron_apply, kron_dense
 from .implicit import TOTAL, ImplicitWorkload, KronStrategy
@@ -31,24 +32,6 @@ from .implicit import TOTAL, ImplicitWorkload, KronStrategy
 __all__ = ["PureBudget", "LaplaceStrategy", "LaplaceAllocation", "laplace_allocation"]
 
 _NORM_ATOL = 1e-9
-
-
-@dataclass(frozen=True)
-class PureBudget:
-    """A pure ε-DP budget (Laplace noise): δ = 0.
-
-    >>> PureBudget(0.5).to_dict()["privacy"]
-    'pure epsilon-DP'
-    """
-
-    epsilon: float
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise InputError("epsilon", self.epsilon, "must be a finite number > 0")
-
-    def to_dict(self) -> dict:
-        return {"epsilon": self.epsilon, "delta": 0.0, "source": "epsilon", "noise": "laplace", "privacy": "pure epsilon-DP"}
 
 
 def _unit_columns(f: np.ndarray) -> bool:

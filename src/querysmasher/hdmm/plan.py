@@ -149,7 +149,7 @@ def plan_hdmm(
     ``restarts`` OPT_⊗ runs per Kronecker strategy (the first from the identity, the others from
     factors drawn with ``seed``); ``optimizers`` restricts the candidates (those not applicable to
     the workload are skipped); ``target_gap`` is the certified gap of every OPT_0 solve;
-    ``all_numeric`` is as in :func:`querysmasher.plan.make_plan`. A :class:`~.laplace.PureBudget`
+    ``all_numeric`` is as in :func:`querysmasher.planning.make_plan`. A :class:`~.laplace.PureBudget`
     selects Laplace noise and the L1 optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
@@ -264,3 +264,43 @@ def hdmm_reconstruct(plan: HDMMPlan, meas: HDMMMeasurements, *, max_domain_cells
             view_sizes = tuple(sizes[i] for i in v.attrs)
             answers[j] = kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, view_sizes)], marg, view_sizes)
     return answers
+
+
+class HDMMPlanner:
+    """Method ``hdmm``: a whole-workload planner (:mod:`querysmasher.methods`) over
+    :func:`plan_hdmm`, whose keyword arguments (but ``all_numeric``) are its options."""
+
+    name = "hdmm"
+    objectives = ("sum",)
+    noises = ("gaussian", "laplace")
+    # the strategies are normalised to unit cost under add-remove; under replace the same strategy
+    # can cost up to 4x
+    neighbours = ("add-remove",)
+    plan_kind = "hdmm-plan"  # its own plan record and files (querysmasher.stages), answers without per-view tables
+
+    def __init__(self, **options):
+        import inspect
+
+        known = [p.name for p in inspect.signature(plan_hdmm).parameters.values() if p.kind is p.KEYWORD_ONLY and p.name != "all_numeric"]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise TypeError(f"hdmm takes the options {', '.join(known)}, not {', '.join(unknown)}")
+        self.options = dict(options)
+
+    @staticmethod
+    def unsupported(workload) -> str:
+        """Why HDMM cannot plan ``workload`` ("" when it can): its implicit workloads are Kronecker
+        products, so non-product families are not implemented (the paper's NI)."""
+        try:
+            ImplicitWorkload.from_workload(workload)
+        except InputError as exc:
+            return f"{exc.value} {exc.reason}"
+        return ""
+
+    @staticmethod
+    def measurable(schema) -> bool:
+        """Measure and reconstruct need the full data vector: at most ``MAX_DOMAIN_CELLS`` cells."""
+        return schema.domain_cells() <= MAX_DOMAIN_CELLS
+
+    def plan(self, schema, workload, budget, *, objective: str = "sum") -> HDMMPlan:
+        return plan_hdmm(schema, workload, budget, **self.options)

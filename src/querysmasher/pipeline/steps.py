@@ -159,7 +159,7 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
     Solvers with ``prepare`` (workload context, e.g. RP+'s per-attribute bases) get the
     decomposition of ``workload_path``, re-run here (deterministic and cheap), and solve its Gram of
     each key -- equal to the file's, but on the real attributes of the workload's first view with
-    that key, as :func:`querysmasher.plan.make_plan` does."""
+    that key, as :func:`querysmasher.planning.make_plan` does."""
     import numpy as np  # noqa: F401  (after the caller's thread limits)
 
     from ..solvers import get_solver
@@ -197,7 +197,7 @@ def assemble_plan_from_files(
     every view is certified, privacy as beta, rho-zCDP, mu-GDP and (epsilon, delta))."""
     from ..decompose import Decomposition, SubworkloadGram
     from ..linalg import MatrixStore
-    from ..plan import assemble_plan
+    from ..planners.residual import assemble_plan
     from ..queryfactor import rederive_solutions
 
     w = read_workload_file(workload_path)
@@ -241,7 +241,7 @@ def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, 
     """Objective "max": the whole max-variance planning (:func:`querysmasher.maxplan.plan_max`, which
     re-solves the views under its own query weights; the sum-objective solves are not used); writes
     ``plan.h5`` and ``plan.json`` like :func:`assemble_plan_from_files`."""
-    from ..plan import make_plan
+    from ..planning import make_plan
 
     w = read_workload_file(workload_path)
     plan = make_plan(w.schema, w, method, parse_budget(budget, delta), objective="max")

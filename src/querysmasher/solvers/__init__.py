@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 
-from ..registry import NAME_PATTERN, PluginRegistry
+from ..registry import NAME_PATTERN, PluginRegistry, lazy_factory
 from .base import ViewMechanism, ViewSolution, ViewSolver, mechanism_loss
 from .closed_form import RPSolver, WFFSolver
 
@@ -37,28 +37,17 @@ ENTRY_POINT_GROUP = "querysmasher.solvers"
 RESERVED = frozenset({"hdmm", "mm"})  # the built-in whole-workload planners (querysmasher.methods)
 
 
-def _qs(**options):
-    from .qs import QSSolver  # the optimal solver pulls in the SDP code; import on demand
-
-    return QSSolver(**options)
-
-
-def _rpplus(**options):
-    from .rpplus import RPPlusSolver  # optimises 1-D strategies with the SDP code; import on demand
-
-    return RPPlusSolver(**options)
-
-
 def _without_options(cls):
     def factory(**options):
         if options:
             raise TypeError(f"{cls.name} takes no options (given: {', '.join(sorted(options))})")
         return cls()
 
+    factory.capabilities = lambda: cls
     return factory
 
 
-SOLVERS = PluginRegistry(ENTRY_POINT_GROUP, {"rp": _without_options(RPSolver), "wff": _without_options(WFFSolver), "qs": _qs, "rpplus": _rpplus}, RESERVED)
+SOLVERS = PluginRegistry(ENTRY_POINT_GROUP, {"rp": _without_options(RPSolver), "wff": _without_options(WFFSolver), "qs": lazy_factory("querysmasher.solvers.qs", "QSSolver"), "rpplus": lazy_factory("querysmasher.solvers.rpplus", "RPPlusSolver")}, RESERVED)
 
 
 def plugin_origin(name: str) -> str:

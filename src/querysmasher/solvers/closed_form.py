@@ -37,6 +37,9 @@ class RPSolver:
     """ResidualPlanner's fixed residual basis (optimal for marginals)."""
 
     name = "rp"
+    objectives = ("sum", "max")
+    exact_in_family = True  # its sum solution is optimal within its own family (fixed bases)
+    fixed_shapes = True  # the mechanism's shape does not depend on the query weights
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         factors = tuple(centering(n) * (n / (n - 1)) for n in gram.sizes)
@@ -82,6 +85,8 @@ class WFFSolver:
     """Weighted Fourier Factorizations (Lebeda et al.), with the paper's parameter setting."""
 
     name = "wff"
+    objectives = ("sum", "max")
+    exact_in_family = True  # its closed form is optimal within the Fourier family
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         sizes = gram.sizes

@@ -28,11 +28,14 @@ from ..fulldomain import DEFAULT_MAX_FULL_CELLS, cell_index, check_fits, full_do
 from ..linalg import content_hash
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
-from .base import ViewMechanism, ViewSolution
-from .qs import DEFAULT_TARGET_GAP
-from .sdp import loss_of, solve_dense
+from ..mechanisms import ViewMechanism
+from ..solvers.base import ViewSolution
+from ..plan import Plan
+from ..solvers.qs import DEFAULT_TARGET_GAP, QSSolver
+from ..solvers.sdp import loss_of, solve_dense
+from .residual import plan_residual
 
-__all__ = ["plan_mm", "residual_plan_as_full_domain"]
+__all__ = ["plan_mm", "residual_plan_as_full_domain", "MMPlanner"]
 
 
 def residual_plan_as_full_domain(plan) -> np.ndarray:
@@ -57,8 +60,6 @@ def plan_mm(
     max_cells: int = DEFAULT_MAX_FULL_CELLS,
 ):
     """Plan the exact matrix mechanism for a workload whose full domain has at most ``max_cells`` cells."""
-    from ..plan import Plan, make_plan
-
     t0 = time.perf_counter()
     if isinstance(schema, str):
         schema = parse_schema(schema, all_numeric=all_numeric)
@@ -71,7 +72,7 @@ def plan_mm(
     t2 = time.perf_counter()
     candidates = [(r.X, r.loss, "mm")]
     # the residual optimum is a full-domain mechanism too: keep it if the solve stopped above it
-    qs = make_plan(schema, workload, "qs", Budget.from_beta(1.0), solver_options={"target_gap": target_gap, "max_dense_cells": max_cells})
+    qs = plan_residual(workload, "qs", QSSolver(target_gap=target_gap, max_dense_cells=max_cells), Budget.from_beta(1.0))
     x_qs = residual_plan_as_full_domain(qs)
     x_qs = x_qs / float(np.diag(x_qs).max())
     candidates.append((x_qs, loss_of(g, x_qs), "mm/qs"))
@@ -86,5 +87,25 @@ def plan_mm(
     phases = {"gram": t1 - t0, "solve": t2 - t1, "residual_candidate": time.perf_counter() - t2}
     return Plan(
         schema, workload, "mm", budget, [tuple(range(len(schema)))], [key], np.ones(1), np.array([loss]), np.array([low]),
-        alloc, {key: sol}, len({v.attrs for v in workload.views}), phases, [f"{which}: {note}"] if note else [],
+        alloc, {key: sol}, len({v.attrs for v in workload.views}), phases, [f"{which}: {note}"] if note else [], layout="full-domain",
     )
+
+
+class MMPlanner:
+    """Method ``mm``: the exact matrix mechanism (a whole-workload planner, :mod:`querysmasher.methods`).
+
+    Options: ``target_gap`` (the certified relative gap) and ``max_dense_cells`` (the largest full
+    domain it plans)."""
+
+    name = "mm"
+    objectives = ("sum",)
+
+    def __init__(self, target_gap: float = DEFAULT_TARGET_GAP, max_dense_cells: int = DEFAULT_MAX_FULL_CELLS):
+        if not 0 < float(target_gap) < 1:
+            raise ValueError(f"target_gap must be in (0, 1), got {target_gap!r}")
+        if isinstance(max_dense_cells, bool) or not isinstance(max_dense_cells, int) or max_dense_cells < 1:
+            raise ValueError(f"max_dense_cells must be an integer >= 1, got {max_dense_cells!r}")
+        self.target_gap, self.max_cells = float(target_gap), max_dense_cells
+
+    def plan(self, schema: Schema, workload: Workload, budget: Budget, *, objective: str = "sum") -> Plan:
+        return plan_mm(schema, workload, budget, target_gap=self.target_gap, max_cells=self.max_cells)

@@ -22,14 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .accounting import Budget, view_costs
-from .allocation import BUDGET_MARGIN, Allocation
-from .decompose import decompose
-from .linalg import content_hash
-from .solvers import mechanism_loss
-from .maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, INNER_TARGET_GAP, QueryClass, class_variances,
+from ..accounting import Budget, view_costs
+from ..allocation import BUDGET_MARGIN, Allocation
+from ..decompose import decompose
+from ..linalg import content_hash
+from ..methods import get_method
+from ..solvers import mechanism_loss
+from ..maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, QueryClass, class_variances,
                      class_contributions, query_classes, view_orbits, weighted_decomposition)
-from .workload import Workload
+from ..plan import Plan
+from ..schema import parse_schema
+from ..workload import Workload, parse_workload
+from .residual import assemble_plan, solve_distinct
 
 __all__ = ["allocate_max", "plan_max"]
 
@@ -112,10 +116,6 @@ def plan_max(
     max_cells: int = 2500,
 ):
     """A plan minimising the largest weighted query variance, with a certificate (see module doc)."""
-    from .plan import Plan, assemble_plan, solve_distinct
-    from .schema import parse_schema
-    from .solvers import get_solver
-    from .workload import parse_workload
 
     t0 = time.perf_counter()
     if isinstance(schema, str):
@@ -123,18 +123,14 @@ def plan_max(
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
     classes = query_classes(workload)
-    options = dict(solver_options or {})
-    if method == "qs":
-        # a weighted-sum optimum within gap g can still be off by ~sqrt(g) in single variances, which
-        # the max objective sees: the per-view solves are certified much tighter than for "sum"
-        options.setdefault("target_gap", INNER_TARGET_GAP)
-    solver = get_solver(method, **options)
+    m = get_method(method)
+    solver = m.build(**{**m.declared("max_options", {}), **(solver_options or {})})
     base = decompose(workload)
     if hasattr(solver, "prepare"):
         solver.prepare(base)
     beta1 = Budget.from_beta(1.0)
     total = sum(c.queries for c in classes)
-    exact_family = method in ("wff", "rp")  # their sum solutions are exact within their families
+    exact_family = bool(getattr(solver, "exact_in_family", False))  # its sum solutions are optimal within its family
 
     def evaluate(nu_flat: np.ndarray):
         """(phi(nu), certified lower bound on it, w_q Var_q per class query, plan, max-allocation)."""
@@ -146,7 +142,7 @@ def plan_max(
         orbits = np.array(view_orbits(workload, wplan.views))
         costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
         alloc = allocate_max(class_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
-        if method == "rp":  # shapes do not depend on nu: the allocation dual certifies the family optimum
+        if getattr(solver, "fixed_shapes", False):  # shapes do not depend on nu: the allocation dual certifies the family optimum
             low = max(low, alloc.lower)
         return phi, low, variances, wplan, dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
 
@@ -256,8 +252,7 @@ def _best_mixture(values: list[np.ndarray]) -> tuple[list[tuple[int, float]], fl
 def _mixed_plan(workload: Workload, parts: list, method: str, budget: Budget, max_cells: int):
     """The plan measuring, per view, Y_v = sum_t alpha_t X_v^t / sigma_{v,t}^2 (as one mechanism at
     cost max diag Y_v); None when a view that differs across iterates is too large to hold densely."""
-    from .plan import Plan
-    from .solvers import ViewMechanism, ViewSolution
+    from ..solvers import ViewMechanism, ViewSolution
 
     first = parts[0][1]
     views = list(first.views)
