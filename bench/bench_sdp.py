@@ -134,7 +134,7 @@ def run_view(view: str, how: str, target_gap: float) -> dict:
     t0 = time.perf_counter()
     F = view_factor(view)
     if how == "after":
-        from querysmasher.solvers.sdp_factored import solve_factored
+        from querysmasher.solvers.sdp import solve_factored
 
         r = solve_factored(F, target_gap=target_gap)
         rank = r.rank

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from querysmasher.solvers.reference import solve_reference
-from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, loss_of, solve_dense
-from querysmasher.solvers.sdp_factored import dual_bound_factored, solve_factored
+from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, dual_bound_factored, loss_of, solve_dense, solve_factored
 
 # ----------------------------------------------------------------------------- Grams
 
@@ -363,15 +362,17 @@ def test_factored_wide_and_zero_inputs():
     assert dual_bound_factored(tall, np.full(6, 1 / 6)) == pytest.approx(dual_bound(tall.T @ tall, np.full(6, 1 / 6)), rel=1e-12)
 
 
-def test_matrix_free_newton_matches_the_cholesky_one():
+def test_matrix_free_newton_matches_the_cholesky_one(monkeypatch, caplog):
     """solve_dense with the matrix-free phase 2 forced reaches the same certified optimum."""
-    import querysmasher.solvers.sdp as sdp
+    import logging
+
+    import querysmasher.solvers.sdp.core as core  # solve_core reads the limit there
 
     G = twoway_gram(10, "abs")
-    old = sdp._MAX_HESSIAN_FLOPS
-    try:
-        sdp._MAX_HESSIAN_FLOPS = 0.0
+    monkeypatch.setattr(core, "_MAX_HESSIAN_FLOPS", 0.0)
+    with caplog.at_level(logging.DEBUG, logger="querysmasher.solvers.sdp"):
         r = solve_checked(G, target_gap=1e-7)
-    finally:
-        sdp._MAX_HESSIAN_FLOPS = old
     assert r.converged and r.loss == pytest.approx(9.9150573, rel=2e-7)
+    # phase 2 ran matrix-free: its Newton systems were solved by Hessian products (none with Cholesky)
+    phase2 = [rec.args for rec in caplog.records if rec.getMessage().startswith("phase 2:")]
+    assert phase2 and phase2[-1][-1] > 0

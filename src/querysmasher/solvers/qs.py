@@ -10,7 +10,7 @@ For each distinct subproblem:
 * a Gram with several terms is solved by the certified solver (certified to ``target_gap``), in the
   form its rank allows: when a factor G = F^T F with r < c / 2 rows is at hand (dense terms are
   stored as subquery matrices, Kronecker terms factor per attribute),
-  :func:`querysmasher.solvers.sdp_factored.solve_factored` works in O(r c) memory and returns a ``lowrank``
+  :func:`querysmasher.solvers.sdp.solve_factored` works in O(r c) memory and returns a ``lowrank``
   mechanism; otherwise :func:`querysmasher.solvers.sdp.solve_dense` works on the c x c Gram and
   returns a ``dense`` one.
 * only when the estimated memory of that solve exceeds ``memory_budget_mb`` (default a quarter of
@@ -37,8 +37,7 @@ from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate
 from .base import ViewMechanism, ViewSolution, prime_eigh
 from .closed_form import RPSolver, WFFSolver, _circulant_from_weights, wff_weights_1d
-from .sdp import solve_dense
-from .sdp_factored import solve_factored
+from .sdp import solve_dense, solve_factored
 
 __all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
 

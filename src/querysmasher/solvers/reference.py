@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sdp import _prepare
+from .sdp.problem import prepare
 
 __all__ = ["solve_reference"]
 
@@ -31,7 +31,7 @@ def solve_reference(G: np.ndarray, *, solver: str = "CLARABEL", max_cells: int =
     raise a ValueError (pass a larger ``max_cells`` to force them). The returned X is the conic
     solver's, accurate to its tolerances (about 1e-8), not re-certified.
     """
-    prep = _prepare(G)
+    prep = prepare(G)
     c = prep.c
     if c > max_cells:
         raise ValueError(f"the cvxpy oracle is for views of at most {max_cells} cells (got {c}); raise max_cells to force it")

@@ -1,8 +1,10 @@
-"""The per-view SDP (Eq. 4) in factored form: :func:`solve_factored` for G = F^T F given its factor
-F (m x c, m <= c), in O(r c) memory and O(r^2 c) time per step, returning X = V diag(s) V^T of G's
-rank r that is never formed. It shares :mod:`querysmasher.solvers.sdp`'s interior-point core
-(phase 1 ascent, phase 2 barrier Newton path, matrix-free here) and its certificate: the dual value
-of the final weights, as :func:`dual_bound_factored` computes it.
+"""The factored front end of the per-view SDP: :func:`solve_factored` for G = F^T F given its factor F.
+
+F is m x c, m <= c; the solve takes O(r c) memory and O(r^2 c) time per step and returns
+X = V diag(s) V^T of G's rank r, never formed. It shares the interior-point core of
+:mod:`querysmasher.solvers.sdp` (:func:`~querysmasher.solvers.sdp.core.solve_core`: phase 1 ascent,
+phase 2 barrier Newton path, matrix-free here) and its certificate: the dual value of the final
+weights, as :func:`dual_bound_factored` computes it.
 """
 
 from __future__ import annotations
@@ -12,31 +14,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..linalg import eigh_sym
-from .sdp import _EPS, _RANGE_RTOL, _blas_threads, _certificate, _dual_s, _middle, _prepare, _Prepared, _solve_core
+from ...linalg import eigh_sym
+from .core import blas_threads, certificate, middle, solve_core
+from .problem import EPS, RANGE_RTOL, Prepared, dual_s, prepare
 
 __all__ = ["FactoredSolveResult", "solve_factored", "dual_bound_factored"]
 
 
-def _prepare_factor(F: np.ndarray) -> _Prepared:
-    """As :func:`_prepare` for G = F^T F given F (m x c): for m <= c an m x m eigendecomposition and no
-    c x c matrix."""
+def _prepare_factor(F: np.ndarray) -> Prepared:
+    """As :func:`~querysmasher.solvers.sdp.problem.prepare` for G = F^T F given F (m x c): for m <= c
+    an m x m eigendecomposition and no c x c matrix."""
     f = np.array(F, dtype=float)
     if f.ndim != 2 or not np.all(np.isfinite(f)):
         raise ValueError(f"F must be a finite matrix, got shape {f.shape}")
     c = f.shape[1]
     if f.shape[0] > c:  # more rows than cells: the c x c Gram is the smaller object
-        return _prepare(f.T @ f)
+        return prepare(f.T @ f)
     diag = np.einsum("ij,ij->j", f, f)
     scale = float(diag.max(initial=0.0))
     if scale <= 0:
-        return _Prepared(c, 0.0, np.zeros((0, c)), np.zeros(0, dtype=int))
+        return Prepared(c, 0.0, np.zeros((0, c)), np.zeros(0, dtype=int))
     f /= np.sqrt(scale)
     e, u = eigh_sym(f @ f.T)  # F F^T and F^T F share their nonzero spectrum
-    keep = e > max(c, 32) * _EPS * e.max()
+    keep = e > max(c, 32) * EPS * e.max()
     w_all = u[:, keep].T @ f  # orthogonal rows, squared norms e: W^T W = F^T F
-    kept = np.flatnonzero(diag > c * _EPS * scale)
-    return _Prepared(c, scale, w_all, kept)
+    kept = np.flatnonzero(diag > c * EPS * scale)
+    return Prepared(c, scale, w_all, kept)
 
 
 def _build_lowrank(W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +48,7 @@ def _build_lowrank(W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kep
     W_all has orthogonal rows, so X = Q (N M N) Q^T with Q^T its normalised rows; a QR step makes Q
     orthonormal to rounding before the r x r eigendecomposition. Cost O(r^2 c), memory O(r c).
     """
-    m = _middle(W_all[:, kept], kind, vec, mu)
+    m = middle(W_all[:, kept], kind, vec, mu)
     norms = np.sqrt(np.einsum("ij,ij->i", W_all, W_all))
     q, rq = np.linalg.qr((W_all / norms[:, None]).T)
     inner = rq @ (norms[:, None] * m * norms[None, :]) @ rq.T
@@ -58,11 +61,11 @@ def _build_lowrank(W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kep
 
 def _loss_lowrank(W_all: np.ndarray, V: np.ndarray, s: np.ndarray) -> float:
     """tr(W^T W X^+) for X = V diag(s) V^T (orthonormal V), checking range(X) ⊇ range(W^T)."""
-    nz = s > s.size * _EPS * float(s.max(initial=0.0))
+    nz = s > s.size * EPS * float(s.max(initial=0.0))
     wv = W_all @ V
     total = float((W_all**2).sum())
     outside = float(((W_all - wv[:, nz] @ V[:, nz].T) ** 2).sum())  # ||(I - X X^+) G^½||_F^2
-    if total > 0 and outside > _RANGE_RTOL**2 * total:
+    if total > 0 and outside > RANGE_RTOL**2 * total:
         raise ValueError(f"range(X) does not contain range(G): relative residual {np.sqrt(outside / total):.2e}")
     return float(((wv[:, nz] ** 2).sum(axis=0) / s[nz]).sum())
 
@@ -96,7 +99,7 @@ def solve_factored(
     max_iterations: int = 500,
     time_limit: float | None = None,
 ) -> FactoredSolveResult:
-    """:func:`solve_dense` for G = F^T F given F (m x c, m <= c), in O(r c) memory and O(r^2 c) time
+    """:func:`~querysmasher.solvers.sdp.solve_dense` for G = F^T F given F (m x c, m <= c), in O(r c) memory and O(r^2 c) time
     per step: the returned X has G's rank r and is never formed. Phase 2 is matrix-free Newton-CG.
 
     >>> P = np.tril(np.ones((10, 10))); C = np.eye(10) - 1 / 10
@@ -106,7 +109,7 @@ def solve_factored(
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=_blas_threads(), user_api="blas"):
+    with threadpool_limits(limits=blas_threads(), user_api="blas"):
         return _solve_factored(F, target_gap, max_iterations, time_limit)
 
 
@@ -117,21 +120,21 @@ def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_
     if prep.scale == 0:
         return FactoredSolveResult(np.zeros((c, 0)), np.zeros(0), 0.0, 0.0, 0.0, 0, 1, time.perf_counter() - t0, True, np.full(c, 1.0 / c), 0)
     W = prep.W
-    best, counts = _solve_core(prep, target_gap, max_iterations, time_limit, t0, lowrank=True)
+    best, counts = solve_core(prep, target_gap, max_iterations, time_limit, t0, lowrank=True)
     kind, vec, mu = best.primal
     V, s = _build_lowrank(prep.W_all, kind, vec, mu, prep.kept)
     loss = prep.scale * _loss_lowrank(prep.W_all, V, s)
-    p, lower, gap = _certificate(prep, best, loss, counts)
+    p, lower, gap = certificate(prep, best, loss, counts)
     return FactoredSolveResult(
         V, s, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, W.shape[0]
     )
 
 
 def dual_bound_factored(F: np.ndarray, p: np.ndarray) -> float:
-    """:func:`dual_bound` for G = F^T F given F (no c x c matrix)."""
+    """:func:`~querysmasher.solvers.sdp.dual_bound` for G = F^T F given F (no c x c matrix)."""
     prep = _prepare_factor(F)
     q = np.asarray(p, dtype=float).ravel()
     if q.shape != (prep.c,) or not np.all(np.isfinite(q)) or np.any(q < 0) or q.sum() <= 0:
         raise ValueError(f"p must be {prep.c} finite non-negative weights with a positive sum")
     q = q / q.sum()
-    return prep.scale * _dual_s(prep.W, q[prep.kept]) ** 2
+    return prep.scale * dual_s(prep.W, q[prep.kept]) ** 2
