@@ -1,6 +1,7 @@
 # Stage 4: allocate the budget over the residual views -> plan.h5 + plan.json (predicted RMSE,
 # certified lower bound when every view is certified, privacy as beta / rho / mu / (eps, delta)).
-# HDMM (no decomposition, no solves) runs its whole-workload optimisers here (hdmm_steps).
+# Whole-workload methods (hdmm, mm, plugin planners: no decomposition, no solves) and the max objective
+# plan here (querysmasher.planning.make_plan).
 
 
 rule allocate:
@@ -15,16 +16,18 @@ rule allocate:
     params:
         method=lambda wc: experiment_of(wc).method,
         objective=lambda wc: experiment_of(wc).objective,
+        neighbours=lambda wc: experiment_of(wc).neighbours,
+        options=lambda wc: solver_options(experiment_of(wc).method),
         budget=lambda wc: experiment_of(wc).budget,
         delta=config["delta"],
         experiment=lambda wc: experiment_of(wc).as_dict(),
-        lib=lib("allocate"),
+        lib=lambda wc: lib("allocate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/allocate.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
     resources:
-        mem_mb=lambda wc: 4000 if experiment_of(wc).method == "hdmm" else 2000,  # HDMM optimises the whole workload here
-        runtime=lambda wc: 120 if experiment_of(wc).method == "hdmm" else 30,
+        mem_mb=lambda wc: 4000 if whole_workload(wc) else 2000,  # a whole-workload method plans here
+        runtime=lambda wc: 120 if whole_workload(wc) else 30,
     script:
         "../scripts/allocate.py"

@@ -15,8 +15,9 @@ from snakemake.utils import validate
 
 from querysmasher.documents import check_loaded
 from querysmasher.errors import InputError
-from querysmasher.pipeline import datasets, hdmm_steps, layout
-from querysmasher.pipeline.config import check_config, format_validation_error
+from querysmasher.methods import get_method
+from querysmasher.pipeline import datasets, layout
+from querysmasher.pipeline.config import check_config, format_validation_error, releasable_experiments, set_aside_unsupported
 from querysmasher.pipeline.fingerprint import library_fingerprint
 
 try:
@@ -36,7 +37,7 @@ try:
     EXPERIMENTS = check_config(config)
     # experiments whose method cannot plan their workload (HDMM on non-product families): a config
     # error, or -- with `unsupported: skip` -- set aside (the paper's tables print NI for them)
-    EXPERIMENTS, UNSUPPORTED = hdmm_steps.set_aside_unsupported(EXPERIMENTS, config["unsupported"])
+    EXPERIMENTS, UNSUPPORTED = set_aside_unsupported(EXPERIMENTS, config["unsupported"])
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 
@@ -81,7 +82,7 @@ def release_spec(wildcards):
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
 # per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
-MEASURED = {name: RELEASE and ok for name, ok in hdmm_steps.releasable_experiments(EXPERIMENTS).items()}
+MEASURED = {name: RELEASE and ok for name, ok in releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 
 
@@ -170,9 +171,17 @@ def manifest_path(wildcards):
 
 
 def experiment_solve_files(wildcards):
-    """The solve files (paths) an experiment's plan reads, from its manifest."""
+    """The solve files (paths) an experiment's plan reads, from its manifest; none for the max
+    objective, which re-solves the views under its own query weights in the allocate job."""
+    if experiment_of(wildcards).objective != "sum":
+        return []
     with open(manifest_path(wildcards)) as fh:
         return json.load(fh)["solve_files"]
+
+
+def whole_workload(wildcards):
+    """Whether the experiment's method plans the whole workload in its allocate job (the method table)."""
+    return get_method(experiment_of(wildcards).method).whole_workload
 
 
 _MANIFESTS = {}

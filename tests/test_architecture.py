@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan record", ("plan", "planfile")),
     ("planners", ("planners", "planners.*", "hdmm", "hdmm.*", "marginal_family", "marginal_family.*")),
     ("planning", ("planning", "planfiles")),
-    ("stages", ("measure", "reconstruct", "tables", "stages")),
+    ("stages", ("measure", "reconstruct", "tables")),
     ("faces", ("api", "cli", "release", "testing", "pipeline", "pipeline.*", "__main__")),
 ]
 

@@ -146,7 +146,7 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
 
 @pytest.mark.parametrize("stage, functions, libraries, not_functions", [
     ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
-    ("solve", {"steps.solve_subproblem_files", "steps.read_workload_file", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.plan", "querysmasher.decompose"}, {"cache.write_subproblem"}),
+    ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.plan", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),
     ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.QS_FACTOR_SECONDS", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
     ("evaluate", {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"}, {"querysmasher.reconstruct", "querysmasher.atomic"}, {"report.aggregate"}),
     ("aggregate", {"report.aggregate", "report._figures", "layout.budget_slug"}, {"querysmasher.atomic"}, {"evaluate.evaluate"}),
@@ -239,7 +239,7 @@ def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tm
     steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs", options=opts)
     sols, _ = cache.read_solutions([tmp_path / "s.h5"])
     assert any(s.query_factor is not None for s in sols.values())
-    steps.assemble_plan_from_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
+    steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
     save_plan(make_plan("synthetic:n=6,d=3", "prefix:1+affine:2", "qs", Budget.from_beta(1.0), solver_options=opts), tmp_path / "ref.h5")
     ours, ref = plan_file_content(tmp_path / "plan.h5"), plan_file_content(tmp_path / "ref.h5")
     assert any(k.endswith("@storage") for k in ref)
@@ -252,7 +252,7 @@ def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tm
 BAD_CONFIGS = [
     ({"solve": {"bath_size": 3}}, "config key 'solve.bath_size': unknown key"),
     ({"relase": False}, "config key 'relase': unknown key"),
-    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config grid method 'rpp': has no solver"),
+    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config grid method 'rpp': unknown method"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefx:1"], "methods": ["rp"]}]}, "unknown family 'prefx'"),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rp"], "budgets": ["rh=1"]}]}, "config key 'grid.0.budgets.0'"),
     ({"schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"csv": "missing.csv"}}}}, "config data csv 'missing.csv': does not exist"),

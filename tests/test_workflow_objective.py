@@ -6,7 +6,7 @@ import pytest
 
 from querysmasher.errors import InputError
 from querysmasher.pipeline.config import check_config, expand_grid
-from querysmasher.pipeline.steps import plan_max_to_files, write_workload_file
+from querysmasher.pipeline.steps import allocate_to_files, write_workload_file
 from querysmasher.planning import make_plan
 from querysmasher.plan import load_plan
 from querysmasher.accounting import Budget
@@ -34,7 +34,8 @@ def test_max_objective_is_refused_for_methods_without_it():
 
 def test_allocate_step_writes_the_max_plan(tmp_path):
     write_workload_file(tmp_path / "w.h5", "synthetic:n=4,d=3", "prefix:1+abs:2")
-    s = plan_max_to_files(tmp_path / "w.h5", tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget="rho=0.5", experiment={"experiment": "x"})
+    s = allocate_to_files(tmp_path / "w.h5", None, [], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", objective="max",
+                          budget="rho=0.5", experiment={"experiment": "x"})
     plan = load_plan(tmp_path / "plan.h5")
     assert plan.objective == "max" and json.loads((tmp_path / "plan.json").read_text())["max_variance"] == pytest.approx(s["max_variance"])
     direct = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qs", Budget.from_rho(0.5), objective="max")

@@ -150,8 +150,8 @@ def _solver_options(args: argparse.Namespace) -> dict:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from .planfiles import save_any_plan
     from .planning import make_plan
-    from .stages import kind_of
     from .workload import workload_input_files
 
     m = get_method(args.method)  # unknown methods, objectives, noises and relations: before any work
@@ -166,7 +166,7 @@ def _plan(args: argparse.Namespace) -> int:
     for w in caught:
         log.warning("%s", w.message)
     if args.out:
-        kind_of(plan).save(plan, args.out)
+        save_any_plan(plan, args.out)
     s = plan.summary()
     if args.json:
         print(json.dumps(s))

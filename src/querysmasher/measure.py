@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "plan_digest", "make_rng", "check_budget"]
+__all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "plan_digest", "make_rng",
+           "check_budget", "check_plan", "measure_plan_to_file"]
 
 
 def check_budget(plan: Plan) -> float:
@@ -209,3 +210,27 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Pl
         if not finite:
             raise InputError("measurements file", str(path), "holds NaN or infinite values")
     return Measurements(index, _Segments(path, offs), seeded, digest)
+
+
+def check_plan(plan) -> float:
+    """The privacy re-check of a plan of any kind before any record is read (refused in one line
+    when it exceeds its budget or cannot be measured); returns the recomputed cost."""
+    from .hdmm.files import check_measurable
+    from .hdmm.plan import HDMMPlan
+
+    if isinstance(plan, HDMMPlan):
+        check_measurable(plan)  # the full data vector must fit
+        return float("nan")
+    return check_budget(plan)
+
+
+def measure_plan_to_file(plan, records: Records, noise: NoiseSource, out, *, plan_sha256: str) -> None:
+    """The measurements file of a plan of any kind (the plan checked first: :func:`check_plan`)."""
+    from .hdmm.files import measure_hdmm_to_file
+    from .hdmm.plan import HDMMPlan
+
+    check_plan(plan)
+    if isinstance(plan, HDMMPlan):
+        measure_hdmm_to_file(plan, records, noise, out, seeded=noise.seeded, plan_sha256=plan_sha256)
+    else:
+        save_measurements(out, plan, measure_iter(plan, records, noise), seeded=noise.seeded, plan_sha256=plan_sha256, sampler=noise.sampler)

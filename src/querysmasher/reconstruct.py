@@ -23,6 +23,7 @@ import numpy as np
 
 from .decompose import view_query_matrix
 from .families import query_matrix_1d
+from .errors import InputError
 from .fulldomain import is_full_domain_plan, marginalise
 from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
@@ -33,7 +34,8 @@ from .workload import WorkloadView
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
+__all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS",
+           "reconstruct_plan_to_file", "has_per_view_tables", "released_answers"]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -180,3 +182,48 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     index = write_tables(folder, rec, answers=False)
     return [folder / t["file"] for t in index["tables"] if t["file"]]
+
+
+def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
+    """The answers file of a plan of any kind from its measurements file (checked against the plan:
+    its digest, one finite vector per measured view), plus per-view CSV tables in ``csv_dir``
+    where the plan has them."""
+    from .hdmm.files import reconstruct_hdmm_to_file
+    from .hdmm.plan import HDMMPlan
+    from .measure import load_measurements
+
+    if isinstance(plan, HDMMPlan):
+        if csv_dir:
+            raise InputError("--csv", str(csv_dir), "hdmm answers have no per-view tables to write as CSV")
+        return reconstruct_hdmm_to_file(plan, measurements, out, plan_sha256)
+    with load_measurements(measurements, plan_sha256, plan) as meas:
+        rec = reconstruct(plan, meas)
+        info = save_answers(out, rec, max_answers=DEFAULT_MAX_ANSWERS if max_answers is None else int(max_answers))
+        if csv_dir:
+            info["csv_tables"] = len(write_csv_tables(csv_dir, rec))
+    return info
+
+
+def has_per_view_tables(plan) -> bool:
+    """Whether reconstructing ``plan`` gives per-view tables (HDMM's answers are per query only)."""
+    from .hdmm.plan import HDMMPlan
+
+    return not isinstance(plan, HDMMPlan)
+
+
+def released_answers(plan, answers_path):
+    """(workload view, released answers, variances or None) for every view of a plan of any kind,
+    read from its answers file one view at a time (bounded memory)."""
+    from .hdmm.plan import HDMMPlan
+    from .io import open_h5
+
+    with open_h5(answers_path, "answers") as f:
+        if isinstance(plan, HDMMPlan):  # HDMM's answers file holds the answers (no variances)
+            offs, answers = f["views/answer_offsets"][()], f["views/answers"]
+            for i, v in enumerate(plan.workload.views):
+                yield v, answers[int(offs[i]):int(offs[i + 1])], None
+            return
+        variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
+        offs, tables = f["views/table_offsets"][()], f["views/tables"]
+        for i, v in enumerate(plan.workload.views):
+            yield v, view_answers_from_table(plan, v, tables[int(offs[i]):int(offs[i + 1])]), variances(v)

@@ -190,7 +190,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .measure import Measurements, check_budget, measure_iter, measured_views
     from .noise import make_noise
     from .planning import make_plan
-    from .stages import kind_of
+    from .reconstruct import has_per_view_tables
     from .reconstruct import reconstruct
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
@@ -203,7 +203,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     schema = parse_schema(spec.domain)
     workload = release_workload(spec.tables, schema)
     plan = make_plan(schema, workload, spec.method, spec.budget)
-    if not kind_of(plan).per_view_tables:
+    if not has_per_view_tables(plan):
         raise InputError("release spec: method", spec.method, "makes plans without per-view tables (answers only): a release publishes tables")
     cost = check_budget(plan)  # before any record is read
     noise = make_noise(None, "opendp")

@@ -175,12 +175,12 @@ def estimate_decompose_mem_mb(workload) -> int:
 def decompose_mem_mb(experiment) -> int:
     """``mem_mb`` of one experiment's decompose job (a :class:`~.config.Experiment`): its workload
     parsed from the config, as the workload rule parses it (so a dry run gets the same figure),
-    through :func:`estimate_decompose_mem_mb`; HDMM's decomposition is empty."""
+    through :func:`estimate_decompose_mem_mb`; a whole-workload method's decomposition is empty."""
+    from ..methods import get_method
     from ..schema import parse_schema
     from ..workload import parse_workload
-    from .hdmm_steps import WHOLE_WORKLOAD_METHODS
 
-    if experiment.method in WHOLE_WORKLOAD_METHODS:
+    if get_method(experiment.method).whole_workload:
         return BASE_MEM_MB
     schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
     return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema))

@@ -15,7 +15,7 @@ from ..accounting import parse_budget
 from .datasets import resolve_data_source
 from .layout import experiment_name, problem_name
 
-__all__ = ["Experiment", "expand_grid", "check_config", "format_validation_error"]
+__all__ = ["Experiment", "expand_grid", "check_config", "set_aside_unsupported", "releasable_experiments", "format_validation_error"]
 
 @dataclass
 class Experiment:
@@ -31,6 +31,7 @@ class Experiment:
     seed: int
     data: dict = field(default_factory=dict)
     objective: str = "sum"  # "sum" or "max" (querysmasher.maxvar)
+    neighbours: str = "add-remove"  # the neighbouring relation the budget is for
 
     @property
     def problem(self) -> str:
@@ -41,6 +42,7 @@ class Experiment:
         return {
             "experiment": self.name, "schema": self.schema, "schema_spec": self.schema_spec, "all_numeric": self.all_numeric,
             "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed, "objective": self.objective,
+            "neighbours": self.neighbours,
         }
 
 
@@ -60,8 +62,11 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
                     for b in grid.get("budgets", [1.0]):
                         for seed in grid.get("seeds", [0]):
                             objective = grid.get("objective", "sum")
-                            name = experiment_name(s, w, m, b, seed) + ("__max" if objective == "max" else "")
-                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed), dict(entry.get("data") or default_data), objective)
+                            neighbours = grid.get("neighbours", "add-remove")
+                            name = (experiment_name(s, w, m, b, seed) + ("__max" if objective == "max" else "")
+                                    + ("__replace" if neighbours == "replace" else ""))
+                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed),
+                                           dict(entry.get("data") or default_data), objective, neighbours)
                             old = out.get(name)
                             if old is not None and old.as_dict() != e.as_dict():
                                 raise InputError(f"config grid[{g}]", name, f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec")
@@ -82,9 +87,8 @@ def check_config(config: dict) -> dict[str, Experiment]:
     every data set used by a release has a readable source. Returns :func:`expand_grid`."""
     from ..errors import InputError
     from ..schema import parse_schema
-    from ..solvers import SOLVERS
+    from ..methods import get_method
     from ..workload import parse_workload
-    from .hdmm_steps import WHOLE_WORKLOAD_METHODS
 
     experiments = expand_grid(config)
     delta = config.get("delta")
@@ -92,11 +96,10 @@ def check_config(config: dict) -> dict[str, Experiment]:
     parsed: dict[tuple[str, bool], object] = {}
     done: set[tuple] = set()
     for e in experiments.values():
-        if e.method not in SOLVERS and e.method not in WHOLE_WORKLOAD_METHODS:
-            known = sorted([*SOLVERS, *WHOLE_WORKLOAD_METHODS])
-            raise InputError("config grid method", e.method, f"has no solver in this querysmasher (available: {', '.join(known)})")
-        if e.objective == "max" and e.method not in ("qs", "wff", "rp"):
-            raise InputError("config grid objective", e.objective, f"is implemented for qs, wff and rp, not {e.method}")
+        try:
+            get_method(e.method).check(objective=e.objective, neighbours=e.neighbours)
+        except InputError as exc:
+            raise InputError(f"config grid {exc.field}", exc.value, exc.reason) from None
         sk = (e.schema_spec, e.all_numeric)
         if sk not in parsed:
             try:
@@ -110,12 +113,62 @@ def check_config(config: dict) -> dict[str, Experiment]:
                 raise InputError(f"config workload on schema {e.schema!r}", e.workload, str(exc)) from None
             done.add((sk, e.workload))
         try:
-            parse_budget(e.budget, delta)
+            parse_budget(e.budget, delta, e.neighbours)
         except InputError as exc:
             raise InputError("config grid budget", e.budget, str(exc)) from None
         if config.get("release", True):
             resolve_data_source(e.data)  # raises when no source is usable
     return experiments
+
+
+def _parsed(e: Experiment, cache: dict):
+    from ..schema import parse_schema
+    from ..workload import parse_workload
+
+    key = (e.schema_spec, e.all_numeric, e.workload)
+    if key not in cache:
+        schema = parse_schema(e.schema_spec, all_numeric=e.all_numeric)
+        cache[key] = (schema, parse_workload(e.workload, schema))
+    return cache[key]
+
+
+def set_aside_unsupported(experiments: dict, policy: str = "error") -> tuple[dict, dict]:
+    """Split a grid (name -> experiment) into those whose method can plan their workload and those
+    it cannot (name -> the experiment's dict plus ``reason``; the method table says which:
+    :meth:`querysmasher.methods.Method.unsupported`). With ``policy="error"`` an unsupported
+    experiment is a config error naming it (one line); with ``"skip"`` it is set aside (the
+    paper's tables print NI for it).
+
+    >>> e = expand_grid({"grid": [{"schemas": ["synthetic:n=4,d=3"], "workloads": ["affine:2"], "methods": ["qs", "hdmm"]}]})
+    >>> ok, skipped = set_aside_unsupported(e, "skip")
+    >>> sorted(ok), [s["reason"] for s in skipped.values()]
+    (['synthetic-n4-d3__affine-2__qs__beta1__seed0'], ['hdmm does not support non-product families (affine, abs, random, custom): affine:2'])
+    """
+    from ..errors import InputError
+    from ..methods import get_method
+
+    cache: dict = {}
+    ok, skipped = {}, {}
+    for name, e in experiments.items():
+        why = get_method(e.method).unsupported(_parsed(e, cache)[1])
+        if not why:
+            ok[name] = e
+        elif policy == "skip":
+            skipped[name] = {**e.as_dict(), "schema_spec": e.schema_spec, "reason": why}
+        else:
+            raise InputError("config grid", name, f"{why} (set 'unsupported: skip' to leave such experiments out)")
+    if not ok:
+        raise InputError("config", "grid", "no experiment of the grid is supported by its method")
+    return ok, skipped
+
+
+def releasable_experiments(experiments: dict) -> dict[str, bool]:
+    """Name -> whether the experiment's plans can be measured on its schema (HDMM: the full data
+    vector must fit; :meth:`querysmasher.methods.Method.measurable`)."""
+    from ..methods import get_method
+
+    cache: dict = {}
+    return {name: get_method(e.method).measurable(_parsed(e, cache)[0]) for name, e in experiments.items()}
 
 
 def format_validation_error(config: dict, schema_path: str | Path) -> str:

@@ -33,46 +33,42 @@ def read_benchmark(path: str | Path) -> dict | None:
 
 
 def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None = None, answers_path=None, source: dict | None = None, experiment: dict | None = None) -> dict:
-    """Metrics of one experiment: predicted RMSE (from the plan) and, with ``answers_path``, the
-    empirical RMSE of the released answers against the true answers computed from the records
-    (an evaluation, not a release: it reads the records, and its output is not private), the mean
-    squared standardised error (about 1 when the variances are right), phase times and peak
-    memory (Snakemake benchmark files; the solve phase sums every solve file the experiment uses,
-    shared ones included)."""
+    """Metrics of one experiment: predicted RMSE (from the plan's stored summary) and, with
+    ``answers_path``, the empirical RMSE of the released answers against the true answers computed
+    from the records (an evaluation, not a release: it reads the records, and its output is not
+    private), the mean squared standardised error (about 1 when the variances are right; plans
+    whose answers carry variances), phase times and peak memory (Snakemake benchmark files; the
+    solve phase sums every solve file the experiment uses, shared ones included). Plans of every
+    kind (:mod:`querysmasher.planfiles`)."""
     from ..io import get_json, open_h5
+    from ..planfiles import PLAN_FORMATS, file_kind_of
 
-    with open_h5(plan_path, "plan") as f:  # the summary stored at planning: nothing re-derived here
+    kind = file_kind_of(plan_path)
+    with open_h5(plan_path, kind) as f:  # the summary stored at planning: nothing re-derived here
         s = get_json(f, "summary")
     m = dict(experiment or {})
     m.update({
-        "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s["residual_views"],
-        "measured_views": s["measured_views"], "distinct_solves": s["distinct_solves"],
-        "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours")},
-        "certified": "lower_bound" in s, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s["notes"],
+        "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s.get("residual_views"),
+        "measured_views": s.get("measured_views"), "distinct_solves": s.get("distinct_solves", 0),
+        "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours") if k in s},
+        "certified": "lower_bound" in s, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s.get("notes", []),
     })
     if answers_path:
         import numpy as np
 
         from ..data import marginal
-        from ..plan import load_plan
-        from ..reconstruct import view_answers_from_table
-        from ..variances import ViewVarianceMemo
+        from ..reconstruct import released_answers, view_answers_from_table
 
-        plan = load_plan(plan_path)
+        plan = PLAN_FORMATS[kind].load(plan_path)
         records = load_dataset(source, plan.schema)
         sq = wsum = zsum = 0.0
         zn = 0
-        variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
-        with open_h5(answers_path, "answers") as f:
-            offs = f["views/table_offsets"][()]
-            tables = f["views/tables"]
-            for i, v in enumerate(plan.workload.views):  # one view at a time: bounded memory
-                released = tables[int(offs[i]):int(offs[i + 1])]
-                truth = marginal(records, v.attrs, plan.schema.sizes)
-                err = view_answers_from_table(plan, v, released - truth)  # answers are linear in the table
-                var = variances(v)
-                sq += v.weight * float(np.sum(err * err))
-                wsum += v.weight * err.shape[0]
+        for v, released, var in released_answers(plan, answers_path):  # one view at a time: bounded memory
+            truth = view_answers_from_table(plan, v, marginal(records, v.attrs, plan.schema.sizes))
+            err = released - truth
+            sq += v.weight * float(np.sum(err * err))
+            wsum += v.weight * err.shape[0]
+            if var is not None:
                 ok = var > 0
                 zsum += float(np.sum(err[ok] ** 2 / var[ok]))
                 zn += int(ok.sum())

@@ -28,15 +28,12 @@ FACADES = frozenset({"querysmasher.api"})
 
 # stage -> (library modules it runs, pipeline functions it calls as "module.function")
 STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "decompose": (
-        ("querysmasher.workload", "querysmasher.decompose", "querysmasher.solvers", "querysmasher.io"),
-        ("steps.write_workload_file", "steps.decompose_to_files", "hdmm_steps.decompose_hdmm"),
-    ),
-    "solve": (("querysmasher.plan", "querysmasher.io"), ("steps.solve_subproblem_files",)),
-    "allocate": (("querysmasher.plan", "querysmasher.io"), ("steps.assemble_plan_from_files", "steps.plan_max_to_files", "hdmm_steps.plan_hdmm_to_files")),
-    "measure": (("querysmasher.measure", "querysmasher.data"), ("steps.measure_to_file", "hdmm_steps.measure_hdmm")),
-    "reconstruct": (("querysmasher.reconstruct",), ("steps.reconstruct_to_file", "hdmm_steps.reconstruct_hdmm")),
-    "evaluate": (("querysmasher.reconstruct", "querysmasher.data"), ("evaluate.evaluate", "hdmm_steps.evaluate_hdmm")),
+    "decompose": (("querysmasher.workloadfile", "querysmasher.decompose", "querysmasher.methods"), ("steps.write_workload_file", "steps.decompose_to_files")),
+    "solve": (("querysmasher.io",), ("steps.solve_subproblem_files",)),
+    "allocate": (("querysmasher.planfiles",), ("steps.allocate_to_files",)),
+    "measure": (("querysmasher.measure", "querysmasher.data"), ("steps.measure_to_file",)),
+    "reconstruct": (("querysmasher.reconstruct",), ("steps.reconstruct_to_file",)),
+    "evaluate": (("querysmasher.reconstruct", "querysmasher.data"), ("evaluate.evaluate",)),
     "aggregate": ((), ("report.aggregate",)),
     "paper": (("querysmasher.paper",), ("paper_report.write_paper_outputs",)),
     "release": (("querysmasher.release",), ()),
@@ -159,7 +156,8 @@ def _function_closure(names) -> tuple[dict[str, str], set[str]]:
 
 def library_fingerprint(stage: str, method: str | None = None, *, root: str | Path | None = None) -> str:
     """``{version}+{hash}`` of exactly the library code a stage runs: the package-internal import
-    closure of its modules (plus, for ``solve``, the method's solver module) and the source of its
+    closure of its modules (plus, for ``solve`` and ``allocate``, the method's solver or planner
+    module) and the source of its
     pipeline functions. Put in a rule's ``params:``, it makes Snakemake re-run the rule when that
     code changes (Snakemake does not see imported modules), and only then.
 
@@ -170,20 +168,20 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
     modules, functions = STAGES[stage]
     sources, libraries = _function_closure(functions)
     modules, leaves, plugin = sorted(set(modules) | libraries), (), b""
+    if stage in ("solve", "allocate") and method:
+        from ..methods import get_method
+
+        m = get_method(method)
+        cls = type(m.build())  # the solver's or planner's class: its module runs in this stage
+        modules.append(cls.__module__)
+        if not cls.__module__.startswith("querysmasher."):  # a plugin: its version and its file
+            plugin = m.origin.encode() + Path(inspect.getfile(cls)).read_bytes()
     if stage == "solve" and method:
-        from ..solvers import get_solver
-
-        solver = get_solver(method)
-        modules.append(type(solver).__module__)
-        if not type(solver).__module__.startswith("querysmasher."):  # a plugin: its version and solver file
-            from ..solvers import plugin_origin
-
-            plugin = plugin_origin(method).encode() + Path(inspect.getfile(type(solver))).read_bytes()
-        if not hasattr(solver, "prepare"):
+        if not hasattr(cls, "prepare"):
             # A context-free solve reads its Gram from a content-addressed file: the code that builds
             # Grams (families, workload, schema) cannot change its result without changing the key,
-            # and of plan.py it runs write_solution only. Their own files count, not their imports.
-            leaves = ("querysmasher.decompose", "querysmasher.plan")
+            # and of the plan file format it runs write_solution only. Their own files count, not their imports.
+            leaves = ("querysmasher.decompose", "querysmasher.plan", "querysmasher.planfile")
     base = Path(root) if root else _package_root()
     h = hashlib.sha256()
     for mod, path in sorted(_module_closure(modules, base, leaves).items()):

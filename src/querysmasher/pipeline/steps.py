@@ -1,7 +1,11 @@
-"""The file-level steps each rule script calls: workload, decompose, solve, allocate, measure, reconstruct (and the log redirection around them).
+"""The file-level steps each rule script calls: decompose, solve, allocate, measure, reconstruct, evaluate (and the log redirection around them).
 
 The scripts (``scripts/*.py``) only read their ``snakemake`` object and call one function of this
-package; everything they do is testable without Snakemake.
+package; everything they do is testable without Snakemake. They plan, measure and reconstruct
+through the same functions as the command line and the API (:func:`querysmasher.planning.make_plan`,
+:mod:`querysmasher.stages`), with the same checks, whatever the method: the method table
+(:mod:`querysmasher.methods`) says whether a method is a per-view solver (decomposed into
+subproblems solved by their own jobs) or a whole-workload planner (planned in the allocate job).
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ import time
 import warnings
 from pathlib import Path
 
-from ..atomic import write_json
-from .cache import batch_id, estimate_cost, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch, write_solutions, write_subproblem
 from ..accounting import parse_budget
+from ..atomic import write_json
+from ..methods import get_method
+from ..workloadfile import read_workload_file, write_workload_file
+from .cache import batch_id, estimate_cost, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch, write_solutions, write_subproblem
 from .datasets import load_dataset
 from .layout import batch_path, solve_path, solver_namespace, subproblem_path, workload_id
 
 __all__ = [
-    "logged", "write_workload_file", "read_workload_file", "decompose_to_files", "solve_subproblem_files",
-    "assemble_plan_from_files", "plan_max_to_files", "measure_to_file", "reconstruct_to_file",
+    "logged", "write_workload_file", "read_workload_file", "decompose_to_files", "solve_subproblem_files", "allocate_to_files",
+    "measure_to_file", "reconstruct_to_file",
 ]
 
 
@@ -39,34 +45,6 @@ def logged(path: str | Path | None):
         warnings.showwarning = lambda m, c, f, ln, file=None, line=None: print(f"warning: {c.__name__}: {m}", file=fh, flush=True)
         with logs.configured():  # the library's INFO lines (timed) go to the same log file
             yield
-
-
-def write_workload_file(path: str | Path, schema_spec: str, workload_spec: str, *, all_numeric: bool = False) -> dict:
-    """Parse a schema and a workload and store them (custom queries included): every later stage
-    reads the workload from this file, never from the config."""
-    from ..io import atomic_h5, put_custom_queries, put_json
-    from ..schema import parse_schema
-    from ..workload import parse_workload
-
-    schema = parse_schema(schema_spec, all_numeric=all_numeric)
-    w = parse_workload(workload_spec, schema)
-    with atomic_h5(path, kind="workload") as f:
-        put_json(f, "schema", schema.to_dict())
-        f.attrs["schema_spec"] = str(schema_spec)
-        f.attrs["workload"] = w.spec
-        put_custom_queries(f, w.custom)
-    return {"schema": schema.name, "workload": w.spec, "views": len(w.views), "queries": w.query_count()}
-
-
-def read_workload_file(path: str | Path):
-    """The :class:`Workload` stored by :func:`write_workload_file`."""
-    from ..io import get_custom_queries, get_json, open_h5
-    from ..schema import Schema
-    from ..workload import parse_workload
-
-    with open_h5(path, "workload") as f:
-        schema = Schema.from_dict(get_json(f, "schema"))
-        return parse_workload(str(f.attrs["workload"]), schema, get_custom_queries(f))
 
 
 def decompose_to_files(
@@ -89,12 +67,13 @@ def decompose_to_files(
     about ``batch_seconds`` of estimated work per batch) and listed in ``results/batches/{bid}.json``
     (if absent)."""
     from ..decompose import decompose
-    from ..solvers import get_solver
 
     w = read_workload_file(workload_path)
+    if get_method(method).whole_workload:  # planned whole in the allocate job: no views, no subproblems
+        return _empty_decomposition(w, decomposition_path, manifest_path, method=method, options=options, workload_path=workload_path, problem=problem)
     d = decompose(w)
     names = w.schema.names
-    solver = get_solver(method, **(options or {}))
+    solver = get_method(method).build(**(options or {}))
     context = ""
     if hasattr(solver, "prepare"):
         context = workload_id(w)
@@ -152,6 +131,20 @@ def decompose_to_files(
     return {"residual_views": len(views), "distinct": len(subs), "batched": len(cheap), "batches": len(batches)}
 
 
+def _empty_decomposition(w, decomposition_path, manifest_path, *, method: str, options, workload_path, problem: str) -> dict:
+    """The decompose checkpoint of a whole-workload method: no residual views, no subproblems, no
+    solve files (the rules downstream see an empty manifest)."""
+    write_json(decomposition_path, {
+        "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": 0.0,
+        "workload_views": len({v.attrs for v in w.views}), "views": [],
+    })
+    write_json(manifest_path, {
+        "problem": problem, "method": method, "options": dict(options or {}), "namespace": method, "context": "",
+        "workload_file": str(workload_path), "residual_views": 0, "distinct": 0, "subproblems": [], "batches": [], "solve_files": [],
+    })
+    return {"residual_views": 0, "distinct": 0, "batched": 0, "batches": 0}
+
+
 def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: str, options: dict | None = None, workload_path: str | Path | None = None) -> dict:
     """Solve subproblem files with one solver instance (batches share its per-factor caches) and
     write every solution to the solve file ``out_path`` (kind ``solve``, one group per key).
@@ -162,9 +155,7 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
     that key, as :func:`querysmasher.planning.make_plan` does."""
     import numpy as np  # noqa: F401  (after the caller's thread limits)
 
-    from ..solvers import get_solver
-
-    solver = get_solver(method, **(options or {}))
+    solver = get_method(method).build(**(options or {}))
     distinct = None
     if hasattr(solver, "prepare"):
         from ..decompose import decompose
@@ -189,18 +180,14 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
     return {"solved": len(results), "seconds": sum(r[2] for r in results)}
 
 
-def assemble_plan_from_files(
-    workload_path, decomposition_path, solve_paths, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None, experiment: dict | None = None,
-) -> dict:
-    """Allocate the budget over the residual views of ``decomposition.json`` with the solutions of
-    the solve files; write ``plan.h5`` and ``plan.json`` (predicted RMSE, certified bound when
-    every view is certified, privacy as beta, rho-zCDP, mu-GDP and (epsilon, delta))."""
+def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget):
+    """The residual plan of per-view solutions computed by solve jobs: the budget allocated over the
+    residual views of ``decomposition.json`` with the solutions of the solve files."""
     from ..decompose import Decomposition, SubworkloadGram
     from ..linalg import MatrixStore
     from ..planners.residual import assemble_plan
     from ..queryfactor import rederive_solutions
 
-    w = read_workload_file(workload_path)
     dj = json.loads(Path(decomposition_path).read_text())
     sizes = w.schema.sizes
     grams, keys = {}, {}
@@ -218,63 +205,70 @@ def assemble_plan_from_files(
     # re-derives from the plan file), not of the F the solve job read (a shared subproblem file)
     sols = rederive_solutions(w, sols, list(grams), [keys[a][0] for a in grams])
     used = {k for k, _ in keys.values()}
-    plan = assemble_plan(d, sols, method, parse_budget(budget, delta), {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
-    return _write_plan(plan, plan_path, plan_json_path, experiment)
+    return assemble_plan(d, sols, method, budget, {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
 
 
-def _write_plan(plan, plan_path, plan_json_path, experiment: dict | None) -> dict:
-    """plan.h5 and plan.json (the plan's summary with the experiment's fields, the predicted RMSE,
-    whether it is certified, and its privacy in every unit); returns the summary."""
-    from ..plan import save_plan
+def allocate_to_files(
+    workload_path, decomposition_path, solve_paths, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None,
+    objective: str = "sum", neighbours: str = "add-remove", options: dict | None = None, experiment: dict | None = None,
+) -> dict:
+    """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind) and
+    ``plan.json`` (predicted RMSE, certified bound when every view is certified, privacy as beta,
+    rho-zCDP, mu-GDP and (epsilon, delta), whether it can be measured). Per-view methods with the
+    sum objective allocate over the solutions of the solve jobs; whole-workload methods and the max
+    objective (which re-solves the views under its own query weights) plan here, through
+    :func:`querysmasher.planning.make_plan`."""
+    from ..planfiles import save_any_plan
+    from ..planning import make_plan
 
-    save_plan(plan, plan_path)
+    w = read_workload_file(workload_path)
+    b = parse_budget(budget, delta, neighbours)
+    m = get_method(method)
+    if m.whole_workload or objective != "sum":
+        plan = make_plan(w.schema, w, method, b, objective=objective, options=options)
+    else:
+        m.check(objective=objective, neighbours=b.neighbours)
+        plan = _assemble_from_files(w, decomposition_path, solve_paths, method, b)
+    save_any_plan(plan, plan_path)
     summary = plan.summary()
     summary.update(experiment or {})
     summary["predicted_rmse"] = plan.rmse
-    summary["certified"] = plan.certified
+    summary["certified"] = bool(getattr(plan, "certified", False))
     summary["privacy"] = plan.budget.to_dict()
+    summary["releasable"] = m.measurable(w.schema)
     write_json(plan_json_path, summary)
     return summary
 
 
-def plan_max_to_files(workload_path, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None, experiment: dict | None = None) -> dict:
-    """Objective "max": the whole max-variance planning (:func:`querysmasher.maxplan.plan_max`, which
-    re-solves the views under its own query weights; the sum-objective solves are not used); writes
-    ``plan.h5`` and ``plan.json`` like :func:`assemble_plan_from_files`."""
-    from ..planning import make_plan
-
-    w = read_workload_file(workload_path)
-    plan = make_plan(w.schema, w, method, parse_budget(budget, delta), objective="max")
-    return _write_plan(plan, plan_path, plan_json_path, experiment)
-
-
 def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
-    """The release: run the plan's mechanisms on the records with a fixed noise seed (experiments
-    are explicitly seeded runs; the measurements file is marked ``seeded``)."""
+    """The release of an experiment: the plan's mechanisms on the records with a fixed noise seed
+    (experiments are explicitly seeded runs; the measurements file is marked ``seeded``), with the
+    privacy re-check before any record is read, as the command line does."""
     from ..data import warn_dropped
-    from ..measure import check_budget, make_rng, measure_iter, plan_digest, save_measurements
-    from ..plan import load_plan
+    from ..measure import check_plan, measure_plan_to_file, plan_digest
+    from ..noise import make_noise
+    from ..planfiles import load_any_plan
 
-    plan = load_plan(plan_path)
-    check_budget(plan)  # before any record is read
+    plan = load_any_plan(plan_path)
+    check_plan(plan)  # the privacy cost of what will be applied, before any record is read
     records = load_dataset(source, plan.schema)
     warn_dropped(records)
-    rng, seeded = make_rng(int(seed))  # evaluate mode: seeded numpy noise, marked as such
+    noise = make_noise(int(seed), "numpy")  # evaluate mode: seeded numpy noise, marked as such
     print(f"warning: fixed noise seed {seed}: this release is for experiments only", file=sys.stderr)
-    save_measurements(out_path, plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(plan_path))
-    return {"seeded": seeded}
+    measure_plan_to_file(plan, records, noise, out_path, plan_sha256=plan_digest(plan_path))
+    return {"seeded": noise.seeded}
 
 
 def reconstruct_to_file(plan_path, measurements_path, out_path, *, csv_dir: str | Path | None = None, max_answers: int | None = None) -> dict:
-    """Answers (and variances) of every workload query, plus CSV tables when ``csv_dir`` is given."""
-    from ..measure import load_measurements, plan_digest
-    from ..plan import load_plan
-    from ..reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
+    """Answers (and variances) of every workload query, plus CSV tables when ``csv_dir`` is given
+    (an empty folder for plans without per-view tables), with the measurements checked against the
+    plan, as the command line does."""
+    from ..measure import plan_digest
+    from ..planfiles import load_any_plan
+    from ..reconstruct import has_per_view_tables, reconstruct_plan_to_file
 
-    plan = load_plan(plan_path)
-    with load_measurements(measurements_path, plan_digest(plan_path)) as meas:
-        rec = reconstruct(plan, meas)
-        info = save_answers(out_path, rec, max_answers=DEFAULT_MAX_ANSWERS if max_answers is None else int(max_answers))
-        if csv_dir:
-            info["csv_tables"] = len(write_csv_tables(csv_dir, rec))
-    return info
+    plan = load_any_plan(plan_path)
+    if csv_dir and not has_per_view_tables(plan):
+        Path(csv_dir).mkdir(parents=True, exist_ok=True)
+        csv_dir = None
+    return reconstruct_plan_to_file(plan, measurements_path, out_path, plan_sha256=plan_digest(plan_path), csv_dir=csv_dir, max_answers=max_answers)
