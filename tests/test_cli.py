@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import querysmasher
@@ -73,7 +74,18 @@ def test_budget_forms_agree(capsys):
         return json.loads(capsys.readouterr().out)["beta"]
 
     assert beta_of("--rho", "0.5") == beta_of("--mu", "1") == beta_of("--beta", "1") == 1.0
-    assert beta_of("--epsilon", "1", "--delta", "1e-6") == pytest.approx(0.056029, abs=1e-6)
+    # (epsilon, delta) -> the largest beta whose Gaussian-mechanism delta at epsilon is delta:
+    # delta(beta) = Phi(sqrt(beta)/2 - eps/sqrt(beta)) - e^eps Phi(-sqrt(beta)/2 - eps/sqrt(beta)), solved with scipy
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(beta, eps=1.0, delta=1e-6):
+        s = beta**0.5
+        return norm.cdf(s / 2 - eps / s) - np.exp(eps) * norm.cdf(-s / 2 - eps / s) - delta
+
+    want = brentq(excess, 1e-3, 1.0, xtol=1e-15, rtol=1e-13)
+    got = beta_of("--epsilon", "1", "--delta", "1e-6")
+    assert got == pytest.approx(want, rel=1e-6) and got <= want
 
 
 def test_hdmm_through_the_commands(tmp_path, cli):
