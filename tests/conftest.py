@@ -1,3 +1,4 @@
+import subprocess
 import sys
 from pathlib import Path
 
@@ -7,6 +8,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 
+# The small test schema: 3 x 4 x 2 x 3 = 72 cells (every full-domain matrix is small), one
+# categorical attribute (B) so that hybrid mixes marginal and prefix factors.
+SMALL_SCHEMA_YAML = "A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n"
+# A synthetic [4]^3 schema (64 cells) and the records the measure/reconstruct tests draw on it.
+TINY_SCHEMA = "synthetic:n=4,d=3"
+
 
 @pytest.fixture
 def adult_data() -> Path:
@@ -14,3 +21,50 @@ def adult_data() -> Path:
     if not (REPO_DATA / "adult.csv").is_file():
         pytest.skip(f"{REPO_DATA / 'adult.csv'} is absent")
     return REPO_DATA
+
+
+@pytest.fixture(scope="session")
+def small_schema(tmp_path_factory):
+    """The (3, 4, 2, 3) schema, read from its YAML file as a user's schema would be."""
+    from querysmasher.schema import parse_schema
+
+    p = tmp_path_factory.mktemp("schema") / "small.yaml"
+    p.write_text(SMALL_SCHEMA_YAML)
+    return parse_schema(str(p))
+
+
+@pytest.fixture(scope="session")
+def tiny_schema():
+    from querysmasher.schema import parse_schema
+
+    return parse_schema(TINY_SCHEMA)
+
+
+@pytest.fixture(scope="session")
+def tiny_records(tiny_schema):
+    """300 records on the [4]^3 schema (seeded)."""
+    import numpy as np
+    import pandas as pd
+
+    from querysmasher.data import validate_records
+
+    rng = np.random.default_rng(11)
+    return validate_records(pd.DataFrame(rng.integers(0, 4, (300, 3)), columns=tiny_schema.names), tiny_schema)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``querysmasher ARGS`` in this process (``querysmasher.cli.main``); returns a
+    CompletedProcess with the exit code and what was written to stdout and stderr."""
+    from querysmasher.cli import main
+
+    def run(*args):
+        capsys.readouterr()  # start clean
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["querysmasher", *map(str, args)], code, out.out, out.err)
+
+    return run

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bruteforce import full_privacy_gram, marginal_map, pinv
+from bruteforce import full_privacy_gram, gls_histogram, marginal_map, measured_operator, pinv, true_histogram
 import querysmasher as qs
 from querysmasher.errors import InputError
 
@@ -24,16 +24,25 @@ def small():
 
 
 @pytest.mark.parametrize("attrs", [(), ("a0",), ("a0", "a2"), (0, 1, 2)])
-def test_table_variance_is_the_explicit_estimators(small, attrs):
+def test_table_is_the_explicit_least_squares_estimate(small, attrs):
+    """Each cell of a table: the estimate is the full-domain least-squares one from the noisy
+    measurements (numpy's lstsq over the operators measure applied), the variance that of the
+    explicit estimator; without noise, the table is the records' true marginal."""
     plan, records = small
-    answers = plan.measure(records).reconstruct()
-    t = answers.table(attrs)
+    release = plan.measure(records, seed=5)
+    t = release.reconstruct().table(attrs)
     idx = tuple(sorted(plan.schema.names.index(a) if isinstance(a, str) else a for a in attrs))
     x = full_privacy_gram(plan)
     m = marginal_map(plan.schema.sizes, idx)  # each cell of the table as a full-domain query
     assert np.allclose(t["variance"], np.einsum("ij,jk,ik->i", m, pinv(x), m), rtol=1e-8)
-    assert np.allclose(t["estimate"], answers.reconstruction.table(idx))
+    assert np.allclose(t["estimate"], m @ gls_histogram(plan, release), rtol=1e-8, atol=1e-8)
     assert list(t.columns) == [plan.schema.names[a] for a in idx] + ["estimate", "variance"]
+    truth = true_histogram(records.to_numpy(), plan.schema.sizes)
+    noiseless = qs.Measurements(release.view_index, [measured_operator(plan, int(i)) @ truth * np.sqrt(plan.allocation.sigma2[int(i)]) for i in release.view_index], True)
+    exact = qs.Answers(plan, noiseless).table(attrs)
+    assert np.allclose(exact["estimate"], m @ truth, rtol=1e-9, atol=1e-9)
+    if idx:  # one row per cell, row-major over the attributes
+        assert list(zip(*(exact[plan.schema.names[a]] for a in idx))) == list(np.ndindex(*(plan.schema.sizes[a] for a in idx)))
 
 
 def test_view_answers_and_unmeasured_table(small):

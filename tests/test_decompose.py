@@ -3,25 +3,17 @@ import itertools
 import numpy as np
 import pytest
 
-from bruteforce import view_queries
+from bruteforce import subqueries, view_queries
 from querysmasher.decompose import decompose, subquery_matrix
 from querysmasher.linalg import project_gram
 from querysmasher.schema import parse_schema
 from querysmasher.workload import parse_workload
 
-SMALL = "small.yaml"
 
-
-@pytest.fixture
-def small_schema(tmp_path):
-    p = tmp_path / SMALL
-    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
-    return parse_schema(str(p))
-
-
-def test_figure_2_example():
+@pytest.mark.parametrize("split", [subquery_matrix, subqueries], ids=["library", "explicit"])
+def test_figure_2_example(split):
     q = np.array([[0, 1, 1, 0, 0, 1]], dtype=float)
-    sub = {keep: subquery_matrix(q, (2, 3), keep)[0] for keep in itertools.product((False, True), repeat=2)}
+    sub = {keep: split(q, (2, 3), keep)[0] for keep in itertools.product((False, True), repeat=2)}
     assert np.allclose(sub[(False, False)], [1 / 2])
     assert np.allclose(sub[(True, False)], [1 / 6, -1 / 6])
     assert np.allclose(sub[(False, True)], [-1 / 2, 0, 1 / 2])
@@ -46,6 +38,7 @@ def test_subqueries_sum_back_and_are_orthogonal(small_schema, spec):
         lifted = {}
         for keep in itertools.product((False, True), repeat=len(sizes)):
             s = subquery_matrix(q, sizes, keep)
+            assert np.allclose(s, subqueries(q, sizes, keep), atol=1e-12)  # Eq. 3 by explicit matrices
             lifted[keep] = np.array([_lift(r, sizes, keep) for r in s])
         assert np.allclose(sum(lifted.values()), q)
         for a, b in itertools.combinations(lifted.values(), 2):
@@ -66,7 +59,7 @@ def test_compact_grams_equal_the_explicit_subworkload_grams(small_schema, spec, 
         sizes = tuple(small_schema.sizes[i] for i in v.attrs)
         q = view_queries(w, v)
         for keep in itertools.product((False, True), repeat=len(sizes)):
-            s = subquery_matrix(q, sizes, keep)
+            s = subqueries(q, sizes, keep)
             sub = tuple(a for a, k in zip(v.attrs, keep) if k)
             explicit[sub] = explicit.get(sub, 0) + v.weight * s.T @ s
     nonzero = {a: g for a, g in explicit.items() if np.abs(g).max() > 1e-10}
@@ -79,7 +72,7 @@ def test_project_gram_matches_subqueries():
     rng = np.random.default_rng(0)
     q = rng.normal(size=(7, 12))
     for keep in itertools.product((False, True), repeat=2):
-        s = subquery_matrix(q, (3, 4), keep)
+        s = subqueries(q, (3, 4), keep)
         assert np.allclose(project_gram(q.T @ q, (3, 4), keep), s.T @ s)
 
 
@@ -113,7 +106,7 @@ def test_wide_dense_terms_are_stored_as_subquery_factors():
     m = d.store[t.factors[0]]
     assert is_factor(m) and m.shape == (59, 900)
     q = view_queries(w, w.views[0])
-    s = subquery_matrix(q, (30, 30), (True, True))
+    s = subqueries(q, (30, 30), (True, True))
     assert np.allclose(t.coef * term_gram(m), s.T @ s, atol=1e-9)
     assert term_factor(m) is m
     small = d.store[d.grams[(0,)].terms[0].factors[0]]  # 1-D residual: 59 rows > 30 cells, a Gram

@@ -9,17 +9,9 @@ from querysmasher.errors import InputError
 from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.implicit import ImplicitWorkload
 from querysmasher.planning import make_plan
-from querysmasher.schema import parse_schema
 from querysmasher.workload import parse_workload
 
 BETA1 = Budget.from_beta(1.0)
-
-
-@pytest.fixture(scope="module")
-def schema(tmp_path_factory):
-    p = tmp_path_factory.mktemp("s") / "small.yaml"
-    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
-    return parse_schema(str(p))
 
 
 # Table 4 (d = 40, beta = 1): HDMM column, and which optimiser reproduces it
@@ -64,8 +56,8 @@ def _explicit(plan):
     ],
 )
 @pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3)])
-def test_implicit_error_and_privacy_equal_the_explicit_ones(schema, spec, optimizer, grouping, budget):
-    plan = plan_hdmm(schema, spec, budget, optimizers=(optimizer,), grouping=grouping, restarts=1)
+def test_implicit_error_and_privacy_equal_the_explicit_ones(small_schema, spec, optimizer, grouping, budget):
+    plan = plan_hdmm(small_schema, spec, budget, optimizers=(optimizer,), grouping=grouping, restarts=1)
     assert plan.optimizer == optimizer
     cost, variance = _explicit(plan)
     assert budget.beta * (1 - 1e-9) <= cost <= budget.beta * (1 + 1e-9)
@@ -80,11 +72,11 @@ def test_opt_m_attains_the_marginal_optimum(schema_spec, spec):
 
 
 @pytest.mark.parametrize("spec", ["marginal:1,2", "marginal:2@3+marginal:1", "circular:1,2"])
-def test_no_optimiser_beats_a_globally_optimal_workload(schema, spec):
+def test_no_optimiser_beats_a_globally_optimal_workload(small_schema, spec):
     """For marginals (RP) and circular queries (WFF) the per-view optimum is the global one, so no
     HDMM strategy may do better; the explicit OPT_0 reaches it to its certified gap."""
-    best = make_plan(schema, spec, "qs", BETA1)
-    p = plan_hdmm(schema, spec, BETA1, grouping="view", restarts=1)
+    best = make_plan(small_schema, spec, "qs", BETA1)
+    p = plan_hdmm(small_schema, spec, BETA1, grouping="view", restarts=1)
     assert set(p.candidates) >= {"opt0", "kron", "plus"}
     for name, variance in p.candidates.items():
         assert variance >= best.lower_bound * (1 - 1e-9), name
@@ -106,11 +98,11 @@ class _ZeroNoise:
 
 
 @pytest.mark.parametrize("optimizer, spec", [("kron", "prefix:1,2"), ("plus", "range:1+prefix:2"), ("marginals", "marginal:1,2"), ("opt0", "hybrid:1,2")])
-def test_measure_and_reconstruct(schema, optimizer, spec):
-    plan = plan_hdmm(schema, spec, Budget.from_rho(0.5), optimizers=(optimizer,), restarts=1)
+def test_measure_and_reconstruct(small_schema, optimizer, spec):
+    plan = plan_hdmm(small_schema, spec, Budget.from_rho(0.5), optimizers=(optimizer,), restarts=1)
     rng = np.random.default_rng(3)
-    x = rng.integers(0, 20, schema.domain_cells()).astype(float)
-    truth = [view_queries(plan.workload, v) @ (marginal_map(schema.sizes, v.attrs) @ x) for v in plan.workload.views]
+    x = rng.integers(0, 20, small_schema.domain_cells()).astype(float)
+    truth = [view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views]
     exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _ZeroNoise()))
     for a, t in zip(exact, truth):
         assert np.allclose(a, t)
@@ -118,7 +110,7 @@ def test_measure_and_reconstruct(schema, optimizer, spec):
     var_of_sum = 0.0
     for g, s2 in zip(plan.groups, plan.allocation.sigma2):
         views = [plan.workload.views[j] for j in g.views]
-        q = np.vstack([view_queries(plan.workload, v) @ marginal_map(schema.sizes, v.attrs) for v in views])
+        q = np.vstack([view_queries(plan.workload, v) @ marginal_map(small_schema.sizes, v.attrs) for v in views])
         ds = np.concatenate([np.full(view_queries(plan.workload, v).shape[0], v.weight) for v in views])[:, None] * (q @ pinv(g.strategy.dense() / s2) @ q.T)
         var_of_sum += 2 * float(np.sum(ds * ds.T))
     weights = np.array([v.weight for v in plan.workload.views])
@@ -143,15 +135,15 @@ def test_non_product_families_are_refused_in_one_line():
     assert "\n" not in str(e.value)
 
 
-def test_summary_matches_the_plan_keys_and_runs_are_reproducible(schema):
-    p = plan_hdmm(schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
+def test_summary_matches_the_plan_keys_and_runs_are_reproducible(small_schema):
+    p = plan_hdmm(small_schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
     s = p.summary()
-    qs_keys = make_plan(schema, "range:1,2", "rp", Budget.from_rho(0.5)).summary()
+    qs_keys = make_plan(small_schema, "range:1,2", "rp", Budget.from_rho(0.5)).summary()
     shared = {"schema", "workload", "rmse", "total_variance", "queries", "views", "beta", "rho", "mu", "epsilon", "delta", "seconds"}
     assert shared <= set(qs_keys) and shared <= set(s)
     assert s["method"] == "hdmm" and s["optimizer"] == p.optimizer and s["seed"] == 7 and s["restarts"] == 2
     assert s["queries"] == qs_keys["queries"] and s["views"] == qs_keys["views"]
-    again = plan_hdmm(schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
+    again = plan_hdmm(small_schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
     assert again.total_variance == p.total_variance and again.optimizer == p.optimizer
 
 
@@ -165,10 +157,10 @@ def test_strategies_are_validated():
     assert ok.privacy_cost() == 1.0 and np.allclose(np.diag(ok.dense()), 1.0)
 
 
-def test_implicit_workload_gram_is_the_explicit_one(schema):
+def test_implicit_workload_gram_is_the_explicit_one(small_schema):
     from bruteforce import full_workload
 
-    w = parse_workload("hybrid:1,2+range:1@2", schema)
+    w = parse_workload("hybrid:1,2+range:1@2", small_schema)
     rows, weights = full_workload(w)
     assert np.allclose(ImplicitWorkload.from_workload(w).dense_gram(), rows.T @ (weights[:, None] * rows))
 
@@ -194,7 +186,7 @@ print(json.dumps({"total_variance": plan.total_variance, "optimizer": plan.optim
 
 @pytest.mark.parametrize("optimizer, spec", [("kron", "prefix:1,2"), ("plus", "range:1+prefix:2"), ("marginals", "marginal:1,2"), ("opt0", "hybrid:1,2")])
 @pytest.mark.parametrize("budget", [Budget.from_rho(0.5), PureBudget(0.5)], ids=["gaussian", "laplace"])
-def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_path, optimizer, spec, budget):
+def test_a_plan_file_loads_in_another_process_without_the_optimiser(small_schema, tmp_path, optimizer, spec, budget):
     import json
     import os
     import subprocess
@@ -202,7 +194,7 @@ def test_a_plan_file_loads_in_another_process_without_the_optimiser(schema, tmp_
 
     from querysmasher.hdmm.files import save_hdmm_plan
 
-    plan = plan_hdmm(schema, spec, budget, optimizers=(optimizer,), restarts=2, seed=5)
+    plan = plan_hdmm(small_schema, spec, budget, optimizers=(optimizer,), restarts=2, seed=5)
     path = tmp_path / "plan.h5"
     save_hdmm_plan(plan, path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -229,11 +221,11 @@ def _tamper(path, edit):
         (lambda f: f.attrs.__setitem__("hdmm_plan_format", 1), "HDMM plan format 1"),
     ],
 )
-def test_a_tampered_plan_file_is_refused_in_one_line(schema, tmp_path, edit, needle):
+def test_a_tampered_plan_file_is_refused_in_one_line(small_schema, tmp_path, edit, needle):
     from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 
     path = tmp_path / "plan.h5"
-    save_hdmm_plan(plan_hdmm(schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
+    save_hdmm_plan(plan_hdmm(small_schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
     assert load_hdmm_plan(path).optimizer == "kron"
     _tamper(path, edit)
     with pytest.raises(InputError, match="hdmm plan file") as e:
@@ -241,13 +233,13 @@ def test_a_tampered_plan_file_is_refused_in_one_line(schema, tmp_path, edit, nee
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_non_psd_factor_is_refused(schema, tmp_path):
+def test_a_non_psd_factor_is_refused(small_schema, tmp_path):
     """A factor with a negative eigenvalue and unit diagonal would be measured through its PSD part,
     whose diagonal can exceed 1: the privacy cost would be under-reported."""
     from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 
     path = tmp_path / "plan.h5"
-    save_hdmm_plan(plan_hdmm(schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
+    save_hdmm_plan(plan_hdmm(small_schema, "prefix:1,2", BETA1, optimizers=("kron",), restarts=1), path)
     bad = np.array([[1.0, 0.9, 0.9], [0.9, 1.0, -0.9], [0.9, -0.9, 1.0]])
     assert np.linalg.eigvalsh(bad).min() < 0
 

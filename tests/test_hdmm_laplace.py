@@ -2,20 +2,16 @@
 error, OPT_0 against an independent optimiser, plan files and the command line."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from bruteforce import marginal_map, view_queries
+from bruteforce import definition_1d, marginal_map, view_queries
 from querysmasher.errors import InputError
-from querysmasher.families import gram_1d
 from querysmasher.hdmm import LaplaceStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
-from querysmasher.schema import parse_schema
 
 EPS = 0.7
 CASES = [("opt0", "hybrid:1,2", "term"), ("kron", "prefix:1,2", "term"), ("plus", "range:1+prefix:2", "term"),
@@ -23,18 +19,11 @@ CASES = [("opt0", "hybrid:1,2", "term"), ("kron", "prefix:1,2", "term"), ("plus"
 
 
 @pytest.fixture(scope="module")
-def schema(tmp_path_factory):
-    p = tmp_path_factory.mktemp("s") / "small.yaml"
-    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
-    return parse_schema(str(p))
-
-
-@pytest.fixture(scope="module")
-def plans(schema, tmp_path_factory):
+def plans(small_schema, tmp_path_factory):
     """Each case planned, written and loaded back: the tests use the loaded plan, as a release would."""
     out = {}
     for optimizer, spec, grouping in CASES:
-        plan = plan_hdmm(schema, spec, PureBudget(EPS), optimizers=(optimizer,), grouping=grouping, restarts=1, seed=3)
+        plan = plan_hdmm(small_schema, spec, PureBudget(EPS), optimizers=(optimizer,), grouping=grouping, restarts=1, seed=3)
         path = tmp_path_factory.mktemp("p") / "plan.h5"
         save_hdmm_plan(plan, path)
         out[optimizer, spec] = load_hdmm_plan(path)
@@ -54,13 +43,13 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_l1_sensitivity_of_the_applied_operator_by_brute_force(schema, plans, optimizer, spec, grouping):
+def test_l1_sensitivity_of_the_applied_operator_by_brute_force(small_schema, plans, optimizer, spec, grouping):
     """For every neighbouring pair x, x + e_c (one record more in cell c), the measurement's change,
     each block divided by the Laplace scale it is released with, has L1 norm at most ε, and the
     budget is spent: the largest equals ε."""
     plan = plans[optimizer, spec]
     assert plan.optimizer == optimizer and plan.noise == "laplace"
-    cells = schema.domain_cells()
+    cells = small_schema.domain_cells()
     worst = 0.0
     for c in range(cells):
         e = np.zeros(cells)
@@ -75,7 +64,7 @@ def test_l1_sensitivity_of_the_applied_operator_by_brute_force(schema, plans, op
 
 
 @pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_expected_error_equals_the_explicit_one(schema, plans, optimizer, spec, grouping):
+def test_expected_error_equals_the_explicit_one(small_schema, plans, optimizer, spec, grouping):
     """2 b_g^2 Σ_v w_v ||Q_v A_g^+||_F^2 over groups, from the explicit strategy rows, equals the
     implicitly computed total variance; every view is answerable from its group's strategy."""
     plan = plans[optimizer, spec]
@@ -86,18 +75,18 @@ def test_expected_error_equals_the_explicit_one(schema, plans, optimizer, spec, 
         a_pinv = np.linalg.pinv(a)
         for j in g.views:
             v = plan.workload.views[j]
-            q = view_queries(plan.workload, v) @ marginal_map(schema.sizes, v.attrs)
+            q = view_queries(plan.workload, v) @ marginal_map(small_schema.sizes, v.attrs)
             assert np.allclose(q @ a_pinv @ a, q, atol=1e-8)
             total += 2 * b**2 * v.weight * float(np.sum((q @ a_pinv) ** 2))
     assert total == pytest.approx(plan.total_variance, rel=1e-9)
 
 
 @pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_expected_error_against_monte_carlo(schema, plans, optimizer, spec, grouping):
+def test_expected_error_against_monte_carlo(small_schema, plans, optimizer, spec, grouping):
     plan = plans[optimizer, spec]
     rng = np.random.default_rng(11)
-    x = rng.integers(0, 20, schema.domain_cells()).astype(float)
-    truth = [view_queries(plan.workload, v) @ (marginal_map(schema.sizes, v.attrs) @ x) for v in plan.workload.views]
+    x = rng.integers(0, 20, small_schema.domain_cells()).astype(float)
+    truth = [view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views]
     exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _Recorder()))
     assert all(np.allclose(a, t) for a, t in zip(exact, truth))  # unbiased: exact without noise
     weights = [v.weight for v in plan.workload.views]
@@ -125,7 +114,8 @@ def test_opt_0_matches_an_independent_optimiser_on_1d_workloads(family, n, p):
     """OPT_0 (L-BFGS-B with analytic gradients, bounds Θ >= 0) against Powell's derivative-free
     method on |Θ|, six random starts, with the objective computed from the explicit strategy: neither
     finds a better p-Identity strategy by more than 0.1 %."""
-    g = np.array(gram_1d(family, n))
+    q = definition_1d(family, n)
+    g = q.T @ q
     ours = _reference_objective(opt_0(g, rng=np.random.default_rng(0), p=p), g, p)
     rng = np.random.default_rng(1)
     reference = min(minimize(_reference_objective, rng.uniform(0, 1, p * n), args=(g, p), method="Powell").fun for _ in range(6))
@@ -155,11 +145,11 @@ def test_strategies_are_validated():
         (lambda f: f.attrs.__setitem__("noise", "gaussian"), "does not fit noise 'gaussian'"),
     ],
 )
-def test_a_tampered_laplace_plan_file_is_refused(schema, tmp_path, edit, needle):
+def test_a_tampered_laplace_plan_file_is_refused(small_schema, tmp_path, edit, needle):
     import h5py
 
     path = tmp_path / "plan.h5"
-    save_hdmm_plan(plan_hdmm(schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1), path)
+    save_hdmm_plan(plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1), path)
     with h5py.File(path, "r+") as f:
         edit(f)
     with pytest.raises(InputError, match="hdmm plan file") as e:
@@ -167,34 +157,30 @@ def test_a_tampered_laplace_plan_file_is_refused(schema, tmp_path, edit, needle)
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_summary_reports_pure_epsilon_dp(schema):
-    s = plan_hdmm(schema, "prefix:1,2", PureBudget(0.5), optimizers=("kron",), restarts=1).summary()
+def test_summary_reports_pure_epsilon_dp(small_schema):
+    s = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.5), optimizers=("kron",), restarts=1).summary()
     assert (s["noise"], s["privacy"], s["epsilon"], s["delta"]) == ("laplace", "pure epsilon-DP", 0.5, 0.0)
     assert "beta" not in s and "rho" not in s
 
 
-def test_error_scales_as_one_over_epsilon_squared(schema):
-    a = plan_hdmm(schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1, seed=1)
-    b = plan_hdmm(schema, "prefix:1,2", PureBudget(0.25), optimizers=("kron",), restarts=1, seed=1)
+def test_error_scales_as_one_over_epsilon_squared(small_schema):
+    a = plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1, seed=1)
+    b = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.25), optimizers=("kron",), restarts=1, seed=1)
     assert b.total_variance == pytest.approx(16 * a.total_variance, rel=1e-12)
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "querysmasher", *args], capture_output=True, text=True)
-
-
-def test_laplace_through_the_commands(tmp_path):
+def test_laplace_through_the_commands(tmp_path, cli):
     import pandas as pd
 
     data = tmp_path / "d.csv"
     pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
     plan, meas, ans = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    r = run("plan", "--schema", "synthetic:n=4,d=3", "--workload", "marginal:1", "--method", "hdmm", "--noise", "laplace", "--epsilon", "0.5", "--out", str(plan))
+    r = cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "marginal:1", "--method", "hdmm", "--noise", "laplace", "--epsilon", "0.5", "--out", str(plan))
     assert r.returncode == 0, r.stderr
     assert "privacy: pure epsilon-DP, epsilon 0.5 (Laplace noise)" in r.stdout
-    r = run("measure", "--plan", str(plan), "--data", str(data), "--out", str(meas))  # OpenDP's sampler
+    r = cli("measure", "--plan", str(plan), "--data", str(data), "--out", str(meas))  # OpenDP's sampler
     assert r.returncode == 0, r.stderr
-    r = run("reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(ans))
+    r = cli("reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(ans))
     assert r.returncode == 0 and json.loads(r.stdout)["queries"] == 12
 
 
@@ -209,9 +195,9 @@ def test_laplace_through_the_commands(tmp_path):
         (["--method", "hdmm", "--rho", "1"], "takes only --epsilon"),
     ],
 )
-def test_laplace_refusals_are_one_line_exit_2(tmp_path, args, needle):
+def test_laplace_refusals_are_one_line_exit_2(tmp_path, cli, args, needle):
     out = tmp_path / "p.h5"
-    r = run("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--noise", "laplace", "--epsilon", "1", *args, "--out", str(out))
+    r = cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--noise", "laplace", "--epsilon", "1", *args, "--out", str(out))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -5,8 +5,6 @@ configures the logger for the block)."""
 import io
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +13,7 @@ from querysmasher.pipeline import steps
 from querysmasher.planning import make_plan
 from querysmasher.accounting import Budget
 
-PLAN = [sys.executable, "-m", "querysmasher", "plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "qs"]
+PLAN = ["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "qs"]
 
 
 @pytest.mark.parametrize("flags, stderr_has, stderr_lacks", [
@@ -23,8 +21,8 @@ PLAN = [sys.executable, "-m", "querysmasher", "plan", "--schema", "synthetic:n=4
     (["-v"], ["querysmasher: solved", "gap", "querysmasher: allocated beta"], ["iteration"]),
     (["-q"], [], ["querysmasher:"]),
 ])
-def test_cli_levels(flags, stderr_has, stderr_lacks):
-    r = subprocess.run(PLAN + flags, capture_output=True, text=True)
+def test_cli_levels(cli, flags, stderr_has, stderr_lacks):
+    r = cli(*PLAN, *flags)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("qs on prefix:1,2")  # the result is printed at every level
     for s in stderr_has:
@@ -34,8 +32,8 @@ def test_cli_levels(flags, stderr_has, stderr_lacks):
     assert "\r" not in r.stderr  # stderr is not a terminal here: no progress bar
 
 
-def test_verbose_and_quiet_exclude_each_other():
-    r = subprocess.run(PLAN + ["-v", "-q"], capture_output=True, text=True)
+def test_verbose_and_quiet_exclude_each_other(cli):
+    r = cli(*PLAN, "-v", "-q")
     assert r.returncode == 2 and "not allowed with" in r.stderr
 
 

@@ -2,8 +2,6 @@
 and strict data validation."""
 
 import json
-import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -11,9 +9,9 @@ import pandas as pd
 import pytest
 from scipy.stats import chi2
 
-from bruteforce import marginal_map, view_queries
+from bruteforce import explicit_variances, full_privacy_gram, marginal_map, pinv, true_histogram, view_queries
 from querysmasher.accounting import Budget
-from querysmasher.data import load_records, validate_records
+from querysmasher.data import load_records
 from querysmasher.errors import InputError
 from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements
 from querysmasher.planning import make_plan
@@ -28,16 +26,12 @@ OPTIONS = {"qs-lowrank": ("qs", {"lowrank": "always"})}
 
 
 @pytest.fixture(scope="module")
-def small():
-    schema = parse_schema("synthetic:n=4,d=3")
-    rng = np.random.default_rng(11)
-    frame = pd.DataFrame(rng.integers(0, 4, (300, 3)), columns=schema.names)
-    return schema, validate_records(frame, schema)
+def small(tiny_schema, tiny_records):
+    return tiny_schema, tiny_records
 
 
 def _truth(schema, records, workload, v):
-    full = np.bincount(np.ravel_multi_index(records.codes.T, schema.sizes), minlength=int(np.prod(schema.sizes))).astype(float)
-    return view_queries(workload, v) @ (marginal_map(schema.sizes, v.attrs) @ full)
+    return view_queries(workload, v) @ (marginal_map(schema.sizes, v.attrs) @ true_histogram(records.codes, schema.sizes))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -49,12 +43,14 @@ def test_monte_carlo_unbiased_with_predicted_variance(small, method, spec):
     if method == "qs-lowrank" and "affine" in spec:
         assert any(s.mechanism.kind == "lowrank" for s in plan.solutions.values())
     rec = reconstruct(plan, measure(plan, records, np.random.default_rng(5), draws=DRAWS))
+    xp = pinv(full_privacy_gram(plan))
     sq_err, pred, weights = [], [], []
     for v in plan.workload.views:
         truth = _truth(schema, records, plan.workload, v)
         a = rec.view_answers(v)
         var = view_variances(plan, v)
-        assert np.allclose(var, query_variances(plan, v.attrs, view_queries(plan.workload, v)))
+        assert np.allclose(var, explicit_variances(plan, v, xp), rtol=1e-7)  # the explicit least-squares estimator's
+        assert np.allclose(query_variances(plan, v.attrs, view_queries(plan.workload, v)), var, rtol=1e-7)
         m = len(var) * len(plan.workload.views)
         # means within 4 standard errors of the truth
         assert np.all(np.abs(a.mean(axis=1) - truth) <= 4 * np.sqrt(var / DRAWS))
@@ -144,8 +140,8 @@ def test_unseeded_release_noise_comes_from_os_entropy(monkeypatch):
         ("a2", ["0", "1.5", "2", "x", "1"], "1 rows are not numbers (first data rows: 4)"),
     ],
 )
-def test_bad_data_names_column_count_and_rows(tmp_path, column, values, message):
-    schema = parse_schema("synthetic:n=4,d=3")
+def test_bad_data_names_column_count_and_rows(tmp_path, tiny_schema, column, values, message):
+    schema = tiny_schema
     frame = pd.DataFrame({c: ["1"] * 5 for c in schema.names})
     frame[column] = values
     path = tmp_path / "d.csv"
@@ -188,28 +184,24 @@ def test_parquet_input(tmp_path, small):
     assert np.array_equal(load_records(path, schema).codes, records.codes)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "querysmasher", *args], capture_output=True, text=True)
-
-
-def test_cli_end_to_end_and_bad_data(tmp_path, small):
+def test_cli_end_to_end_and_bad_data(tmp_path, small, cli):
     schema, records = small
     data = tmp_path / "d.csv"
     pd.DataFrame(records.codes, columns=schema.names).to_csv(data, index=False)
     plan = tmp_path / "p.h5"
-    assert _cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "wff", "--out", str(plan)).returncode == 0
-    r = _cli("measure", "--plan", str(plan), "--data", str(data), "--out", str(tmp_path / "m.h5"), "--seed", "1")
+    assert cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "wff", "--out", plan).returncode == 0
+    r = cli("measure", "--plan", plan, "--data", data, "--out", tmp_path / "m.h5", "--seed", "1")
     assert r.returncode == 0 and "experiments only" in r.stderr
-    r = _cli("reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "m.h5"), "--out", str(tmp_path / "a.h5"), "--csv", str(tmp_path / "csv"))
+    r = cli("reconstruct", "--plan", plan, "--measurements", tmp_path / "m.h5", "--out", tmp_path / "a.h5", "--csv", tmp_path / "csv")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["answers_written"] is True
     assert (tmp_path / "csv" / "a0__a1.csv").is_file()
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"a0": [0, 5], "a1": [0, 0], "a2": [1, 1]}).to_csv(bad, index=False)
-    r = _cli("measure", "--plan", str(plan), "--data", str(bad), "--out", str(tmp_path / "m2.h5"))
+    r = cli("measure", "--plan", plan, "--data", bad, "--out", tmp_path / "m2.h5")
     assert r.returncode == 2 and "a0" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m2.h5").exists()
-    r = _cli("reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "nope.h5"), "--out", str(tmp_path / "a2.h5"))
+    r = cli("reconstruct", "--plan", plan, "--measurements", tmp_path / "nope.h5", "--out", tmp_path / "a2.h5")
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
@@ -240,7 +232,9 @@ def test_view_variance_memo_equals_per_view_variances(method, perturb):
 @pytest.mark.parametrize("sizes", [(5,), (4, 3), (3, 2, 4)])
 def test_fourier_query_variances_are_those_of_the_applied_root(sizes):
     """One FFT per query gives |Re(X^(+1/2)) q|^2, what reconstruct's root applies, also for weights
-    that are not symmetric under f -> -f (WFF's are; a plug-in's need not be)."""
+    that are not symmetric under f -> -f (WFF's are; a plug-in's need not be). Reference: X = F^H
+    diag(w) F with F the unnormalised DFT matrix (built from its entries exp(-2 pi i j k / n)), so
+    X^(+1/2) = F^H diag(w^(+1/2)) F / c^(3/2)."""
     from querysmasher.solvers import ViewMechanism
 
     rng = np.random.default_rng(1)
@@ -248,4 +242,11 @@ def test_fourier_query_variances_are_those_of_the_applied_root(sizes):
     w.flat[3] = 0.0
     mech = ViewMechanism("fourier", sizes, (w,))
     q = rng.standard_normal((7, mech.cells))
-    np.testing.assert_allclose(mech.rows_pinv_quadratic(q), np.sum(mech.pinv_sqrt_apply(q.T) ** 2, axis=0), rtol=1e-12)
+    f = np.ones((1, 1))
+    for n in sizes:
+        f = np.kron(f, np.exp(-2j * np.pi * np.outer(np.arange(n), np.arange(n)) / n))
+    c = mech.cells
+    root = (f.conj().T * np.where(w.ravel() > 0, 1 / np.sqrt(np.where(w.ravel() > 0, w.ravel(), 1)), 0)) @ f / c**1.5
+    want = np.sum((q @ root.real.T) ** 2, axis=1)
+    np.testing.assert_allclose(mech.rows_pinv_quadratic(q), want, rtol=1e-10)
+    np.testing.assert_allclose(np.sum(mech.pinv_sqrt_apply(q.T) ** 2, axis=0), want, rtol=1e-10)

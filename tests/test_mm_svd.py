@@ -2,17 +2,13 @@
 SVD bound <= mm <= qs, the marginal closed form, privacy by brute force, and measure/reconstruct."""
 
 import math
-import subprocess
-import sys
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy.stats import chi2
 
-from bruteforce import full_workload, marginal_map, pinv, view_queries
+from bruteforce import definition_1d, explicit_variances, full_privacy_gram, full_workload, marginal_map, pinv, true_histogram, view_queries
 from querysmasher.accounting import Budget
-from querysmasher.data import validate_records
 from querysmasher.errors import InputError
 from querysmasher.measure import measure
 from querysmasher.planning import make_plan
@@ -26,13 +22,6 @@ from querysmasher.workload import parse_workload
 BETA1 = Budget.from_beta(1.0)
 
 
-@pytest.fixture(scope="module")
-def schema(tmp_path_factory):
-    p = tmp_path_factory.mktemp("s") / "small.yaml"
-    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
-    return parse_schema(str(p))
-
-
 # issue 13: RMSE at beta = 1 of 1-D prefix (qs, certified mm, SVD bound)
 @pytest.mark.parametrize("n, qs_rmse, mm_rmse, svd_rmse", [(10, 1.6188, 1.5561, 1.4979), (128, 2.4111, 2.3110, 2.2544)])
 def test_issue_13_table_1d_prefix(n, qs_rmse, mm_rmse, svd_rmse):
@@ -43,6 +32,8 @@ def test_issue_13_table_1d_prefix(n, qs_rmse, mm_rmse, svd_rmse):
     assert round(math.sqrt(mm.lower_bound / n), 4) == mm_rmse  # the certificate, not only the primal
     assert round(qs.rmse, 4) == qs_rmse
     assert round(math.sqrt(mm.svd_bound / n), 4) == svd_rmse
+    # the bound from its definition: (sum of the singular values of the n x n prefix matrix)^2 / n
+    assert mm.svd_bound == pytest.approx(np.linalg.svd(definition_1d("prefix", n), compute_uv=False).sum() ** 2 / n, rel=1e-9)
     assert mm.summary()["svd_bound_rmse"] == pytest.approx(math.sqrt(mm.svd_bound / n))
 
 
@@ -53,19 +44,23 @@ FITTING = [
 
 
 @pytest.mark.parametrize("spec", FITTING)
-def test_svd_bound_below_mm_below_qs(schema, spec):
-    mm = make_plan(schema, spec, "mm", BETA1)
-    qs = make_plan(schema, spec, "qs", BETA1)
+def test_svd_bound_below_mm_below_qs(small_schema, spec):
+    mm = make_plan(small_schema, spec, "mm", BETA1)
+    qs = make_plan(small_schema, spec, "qs", BETA1)
     assert mm.certified
     assert mm.total_variance <= qs.total_variance * (1 + 1e-12)
     assert mm.svd_bound <= mm.total_variance * (1 + 1e-12)
-    assert mm.svd_bound == pytest.approx(qs.svd_bound, rel=1e-12)  # a property of the workload only
-    # the SVD bound is the full-domain dual at the uniform multiplier
+    # (tr (W^T W)^(1/2))^2 / N from the explicit weighted workload, whichever method planned it
     g = _explicit_gram(mm.workload)
-    assert mm.svd_bound == pytest.approx(dual_bound(g, np.ones(g.shape[0])), rel=1e-9)
+    e = np.linalg.eigvalsh(g)
+    explicit = float(np.sqrt(e[e > 1e-9 * e.max()]).sum()) ** 2 / g.shape[0]
+    assert mm.svd_bound == pytest.approx(explicit, rel=1e-9)
+    assert qs.svd_bound == pytest.approx(explicit, rel=1e-9)
+    # it is the full-domain dual at the uniform multiplier
+    assert dual_bound(g, np.ones(g.shape[0])) == pytest.approx(explicit, rel=1e-9)
 
 
-def test_mm_beats_the_residual_family_on_prefix(schema):
+def test_mm_beats_the_residual_family_on_prefix(small_schema):
     """Where the full-domain optimum leaves the residual family (issue 13), mm is strictly better."""
     mm = make_plan("synthetic:n=10,d=2", "prefix:1,2", "mm", BETA1)
     qs = make_plan("synthetic:n=10,d=2", "prefix:1,2", "qs", BETA1)
@@ -96,7 +91,7 @@ def test_marginal_closed_form_at_scale_equals_the_marginal_optimum(schema_spec, 
     RP (optimal for marginals) must equal it."""
     rp = make_plan(schema_spec, spec, "rp", BETA1)
     assert rp.svd_bound == pytest.approx(rp.total_variance, rel=1e-9)
-    assert svd_bound(parse_workload(spec, parse_schema(schema_spec))) == pytest.approx(rp.svd_bound, rel=1e-12)
+    assert svd_bound(parse_workload(spec, parse_schema(schema_spec))) == pytest.approx(rp.total_variance, rel=1e-9)
 
 
 def test_no_svd_bound_when_not_computable():
@@ -106,8 +101,8 @@ def test_no_svd_bound_when_not_computable():
 
 @pytest.mark.parametrize("spec", ["prefix:1,2", "range:1+affine:2"])
 @pytest.mark.parametrize("budget", [BETA1, Budget.from_rho(0.3)])
-def test_mm_privacy_and_error_by_brute_force(schema, spec, budget):
-    plan = make_plan(schema, spec, "mm", budget)
+def test_mm_privacy_and_error_by_brute_force(small_schema, spec, budget):
+    plan = make_plan(small_schema, spec, "mm", budget)
     (s2,) = plan.allocation.sigma2
     x = plan.solutions[plan.keys[0]].mechanism.dense_x() / s2  # the privacy Gram applied to the histogram
     assert float(np.diag(x).max()) <= budget.beta * (1 + 1e-12)
@@ -118,10 +113,10 @@ def test_mm_privacy_and_error_by_brute_force(schema, spec, budget):
     assert float(np.einsum("i,ij,jk,ik->", weights, w, xp, w)) == pytest.approx(plan.total_variance, rel=1e-7)
 
 
-def test_mm_refuses_large_domains_in_one_line():
+def test_mm_refuses_large_domains_in_one_line(cli):
     with pytest.raises(InputError, match="10000 cells"):
         make_plan("synthetic:n=10,d=4", "prefix:1", "mm", BETA1)
-    r = subprocess.run([sys.executable, "-m", "querysmasher", "plan", "--schema", "synthetic:n=10,d=4", "--workload", "prefix:1", "--method", "mm"], capture_output=True, text=True)
+    r = cli("plan", "--schema", "synthetic:n=10,d=4", "--workload", "prefix:1", "--method", "mm")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "mm" in r.stderr
 
 
@@ -129,22 +124,22 @@ DRAWS = 2000
 
 
 @pytest.mark.parametrize("spec", ["prefix:1,2", "range:1+affine:2", "marginal:2+abs:2@2"])
-def test_mm_measure_reconstruct_monte_carlo(spec, tmp_path):
-    schema = parse_schema("synthetic:n=4,d=3")
-    rng = np.random.default_rng(11)
-    records = validate_records(pd.DataFrame(rng.integers(0, 4, (300, 3)), columns=schema.names), schema)
+def test_mm_measure_reconstruct_monte_carlo(spec, tmp_path, tiny_schema, tiny_records):
+    schema, records = tiny_schema, tiny_records
     plan = make_plan(schema, spec, "mm", Budget.from_rho(0.5))
     save_plan(plan, tmp_path / "p.h5")
     loaded = load_plan(tmp_path / "p.h5")
     assert loaded.method == "mm" and loaded.total_variance == pytest.approx(plan.total_variance, rel=1e-12)
     rec = reconstruct(loaded, measure(loaded, records, np.random.default_rng(5), draws=DRAWS))
-    full = np.bincount(np.ravel_multi_index(records.codes.T, schema.sizes), minlength=schema.domain_cells()).astype(float)
+    full = true_histogram(records.codes, schema.sizes)
+    xp = pinv(full_privacy_gram(loaded))
     total = 0.0
     for v in plan.workload.views:
         truth = view_queries(plan.workload, v) @ (marginal_map(schema.sizes, v.attrs) @ full)
         a = rec.view_answers(v)
         var = view_variances(loaded, v)
-        assert np.allclose(var, query_variances(loaded, v.attrs, view_queries(plan.workload, v)))
+        assert np.allclose(var, explicit_variances(loaded, v, xp), rtol=1e-8)
+        assert np.allclose(query_variances(loaded, v.attrs, view_queries(plan.workload, v)), var, rtol=1e-8)
         assert np.all(np.abs(a.mean(axis=1) - truth) <= 4.5 * np.sqrt(var / DRAWS))
         m = len(var) * len(plan.workload.views)
         ratio = a.var(axis=1, ddof=1) / var

@@ -7,16 +7,8 @@ from bruteforce import applied_full_privacy_gram, cost, full_privacy_gram, full_
 from querysmasher.accounting import Budget
 from querysmasher.planning import make_plan
 from querysmasher.plan import load_plan, save_plan
-from querysmasher.schema import parse_schema
 
 SPECS = ["marginal:1,2", "prefix:1,2", "range:1+affine:2", "hybrid:1,2,3", "random:1,2", "abs:2+circular:1@2"]
-
-
-@pytest.fixture(scope="module")
-def schema(tmp_path_factory):
-    p = tmp_path_factory.mktemp("s") / "small.yaml"
-    p.write_text("A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n")
-    return parse_schema(str(p))
 
 
 # "qs-lowrank": qs with every several-term view solved in factored form (lowrank mechanisms)
@@ -26,9 +18,9 @@ METHODS = {"rp": ("rp", None), "wff": ("wff", None), "qs": ("qs", None), "rpplus
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3), Budget.from_mu(2.0), Budget.from_epsilon_delta(1.0, 1e-6)])
-def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, method, budget):
+def test_predicted_error_and_privacy_equal_the_explicit_mechanism(small_schema, spec, method, budget):
     name, options = METHODS[method]
-    plan = make_plan(schema, spec, name, budget, solver_options=options)
+    plan = make_plan(small_schema, spec, name, budget, solver_options=options)
     if method == "qs-lowrank" and spec in ("range:1+affine:2", "abs:2+circular:1@2"):
         assert any(s.mechanism.kind == "lowrank" for s in plan.solutions.values())
     x = full_privacy_gram(plan)
@@ -48,14 +40,14 @@ def test_predicted_error_and_privacy_equal_the_explicit_mechanism(schema, spec, 
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("method", ["rp", "wff", "qs", "rpplus"])
 @pytest.mark.parametrize("neighbours", ["add-remove", "replace"])
-def test_applied_operator_costs_at_most_beta(schema, spec, method, neighbours):
+def test_applied_operator_costs_at_most_beta(small_schema, spec, method, neighbours):
     """What measure releases (sqrt_apply on every unit vector) costs at most beta under the plan's
     neighbouring relation, the recomputed cost measure checks is an upper bound on it, and the
     plan spends the budget up to the allocation's margin."""
     from querysmasher.measure import check_budget
 
     budget = Budget.from_rho(0.3).with_neighbours(neighbours)
-    plan = make_plan(schema, spec, method, budget)
+    plan = make_plan(small_schema, spec, method, budget)
     true_cost = cost(applied_full_privacy_gram(plan), neighbours)
     checked = check_budget(plan)
     assert true_cost <= budget.beta * (1 + 1e-9)
@@ -67,16 +59,16 @@ def test_applied_operator_costs_at_most_beta(schema, spec, method, neighbours):
     assert other is None or other >= true_cost
 
 
-def test_replace_costs_more_than_add_remove_for_the_same_mechanism(schema):
-    ar = make_plan(schema, "prefix:1,2", "qs", Budget.from_beta(1.0))
-    rep = make_plan(schema, "prefix:1,2", "qs", Budget.from_beta(1.0).with_neighbours("replace"))
+def test_replace_costs_more_than_add_remove_for_the_same_mechanism(small_schema):
+    ar = make_plan(small_schema, "prefix:1,2", "qs", Budget.from_beta(1.0))
+    rep = make_plan(small_schema, "prefix:1,2", "qs", Budget.from_beta(1.0).with_neighbours("replace"))
     assert cost(applied_full_privacy_gram(ar), "replace") > 1.0 + 1e-6  # not covered by an add-remove plan
     assert cost(applied_full_privacy_gram(rep), "replace") <= 1.0 * (1 + 1e-9)
     assert rep.rmse > ar.rmse  # a stronger relation costs accuracy
 
 
-def test_plan_file_round_trip(tmp_path, schema):
-    plan = make_plan(schema, "prefix:1,2+affine:2", "wff", Budget.from_rho(0.5))
+def test_plan_file_round_trip(tmp_path, small_schema):
+    plan = make_plan(small_schema, "prefix:1,2+affine:2", "wff", Budget.from_rho(0.5))
     save_plan(plan, tmp_path / "p.h5")
     back = load_plan(tmp_path / "p.h5")
     assert back.rmse == pytest.approx(plan.rmse, rel=1e-14)
@@ -87,16 +79,16 @@ def test_plan_file_round_trip(tmp_path, schema):
     assert back.budget == plan.budget
 
 
-def test_plan_files_are_byte_identical(tmp_path, schema):
-    plan = make_plan(schema, "prefix:1,2", "rp", Budget.from_beta(1.0))
+def test_plan_files_are_byte_identical(tmp_path, small_schema):
+    plan = make_plan(small_schema, "prefix:1,2", "rp", Budget.from_beta(1.0))
     plan.phase_seconds.clear()  # wall-clock times are the only non-deterministic content
     save_plan(plan, tmp_path / "a.h5")
     save_plan(plan, tmp_path / "b.h5")
     assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
 
 
-def test_lowrank_plan_file_round_trip(tmp_path, schema):
-    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+def test_lowrank_plan_file_round_trip(tmp_path, small_schema):
+    plan = make_plan(small_schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
     save_plan(plan, tmp_path / "p.h5")
     back = load_plan(tmp_path / "p.h5")
     kinds = {k: s.mechanism.kind for k, s in back.solutions.items()}
@@ -123,12 +115,12 @@ def test_lowrank_plan_file_round_trip(tmp_path, schema):
     assert np.allclose(applied_full_privacy_gram(back), full_privacy_gram(plan), rtol=1e-9, atol=1e-12)
 
 
-def test_a_query_factor_operator_does_not_depend_on_the_svd_basis(schema):
+def test_a_query_factor_operator_does_not_depend_on_the_svd_basis(small_schema):
     """B = L^T F whatever V and W the SVD returns: flipping a column sign of V and W (an equally
     valid SVD) leaves the measured operator, and the reconstruction from it, unchanged."""
     from querysmasher.solvers import ViewMechanism
 
-    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+    plan = make_plan(small_schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
     (sol,) = [s for s in plan.solutions.values() if s.query_factor is not None][:1]
     m = sol.mechanism
     flip = np.ones(m.mats[1].size)
@@ -143,12 +135,12 @@ def test_a_query_factor_operator_does_not_depend_on_the_svd_basis(schema):
 
 
 @pytest.mark.parametrize("edit", ["shape", "key", "kind", "missing"])
-def test_a_compact_solution_that_does_not_fit_its_workload_is_refused(tmp_path, schema, edit):
+def test_a_compact_solution_that_does_not_fit_its_workload_is_refused(tmp_path, small_schema, edit):
     import h5py
 
     from querysmasher.errors import InputError
 
-    plan = make_plan(schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
+    plan = make_plan(small_schema, "range:1+affine:2", "qs", Budget.from_rho(0.5), solver_options={"lowrank": "always"})
     save_plan(plan, tmp_path / "p.h5")
     with h5py.File(tmp_path / "p.h5", "r+") as f:
         key = [k for k, g in f["solutions"].items() if g.attrs.get("storage") == "query-factor"][0]
@@ -167,7 +159,7 @@ def test_a_compact_solution_that_does_not_fit_its_workload_is_refused(tmp_path, 
         load_plan(tmp_path / "p.h5")
 
 
-def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, schema, monkeypatch):
+def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, small_schema, monkeypatch):
     """A dense X is stored as the eigenpairs its solver computed, i.e. as the lowrank mechanism
     (V, w) of the same X = V diag(w) V^T: the loaded operator is the planned one (brute force
     charges it at most beta, check_budget agrees, the variances are equal), and reading it, its
@@ -178,7 +170,7 @@ def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, schema, monkeypa
     from querysmasher.measure import check_budget
     from querysmasher.variances import view_variances
 
-    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    plan = make_plan(small_schema, "random:1,2", "qs", Budget.from_rho(0.5))
     dense = {k for k, s in plan.solutions.items() if s.mechanism.kind == "dense"}
     assert dense
     save_plan(plan, tmp_path / "p.h5")
@@ -205,12 +197,12 @@ def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, schema, monkeypa
 
 
 @pytest.mark.parametrize("edit", ["negative", "shape"])
-def test_edited_eigenpairs_are_refused(tmp_path, schema, edit):
+def test_edited_eigenpairs_are_refused(tmp_path, small_schema, edit):
     import h5py
 
     from querysmasher.errors import InputError
 
-    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    plan = make_plan(small_schema, "random:1,2", "qs", Budget.from_rho(0.5))
     save_plan(plan, tmp_path / "p.h5")
     with h5py.File(tmp_path / "p.h5", "r+") as f:
         g = next(g for g in f["solutions"].values() if g.attrs.get("storage") == "eigenpairs")
@@ -225,7 +217,7 @@ def test_edited_eigenpairs_are_refused(tmp_path, schema, edit):
         load_plan(tmp_path / "p.h5")
 
 
-def test_a_rotation_that_is_not_orthogonal_is_refused(tmp_path, schema):
+def test_a_rotation_that_is_not_orthogonal_is_refused(tmp_path, small_schema):
     """A lowrank group with an added rotation W: measure would apply B = W diag(s)^(1/2) V^T,
     which costs more than the stored V s V^T unless W is orthogonal, so check_budget refuses it."""
     import h5py
@@ -233,7 +225,7 @@ def test_a_rotation_that_is_not_orthogonal_is_refused(tmp_path, schema):
     from querysmasher.errors import InputError
     from querysmasher.measure import check_budget
 
-    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5))
+    plan = make_plan(small_schema, "random:1,2", "qs", Budget.from_rho(0.5))
     save_plan(plan, tmp_path / "p.h5")
     with h5py.File(tmp_path / "p.h5", "r+") as f:
         g = next(g for g in f["solutions"].values() if g.attrs.get("storage") == "eigenpairs")
@@ -243,7 +235,7 @@ def test_a_rotation_that_is_not_orthogonal_is_refused(tmp_path, schema):
         check_budget(back)
 
 
-def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, schema, monkeypatch):
+def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, small_schema, monkeypatch):
     """Above EXACT_PAIR_CELLS a lowrank replace cost is a bound (about twice the exact one for
     X = I), a dense one exact: such views keep their X, and the reloaded plan's replace cost is the
     planned one (here with the limit lowered to 8 cells)."""
@@ -253,7 +245,7 @@ def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, schema, monk
     from querysmasher.measure import check_budget
 
     monkeypatch.setattr(base, "EXACT_PAIR_CELLS", 8)
-    plan = make_plan(schema, "random:1,2", "qs", Budget.from_rho(0.5).with_neighbours("replace"))
+    plan = make_plan(small_schema, "random:1,2", "qs", Budget.from_rho(0.5).with_neighbours("replace"))
     big = {k for k, s in plan.solutions.items() if s.mechanism.kind == "dense" and s.mechanism.cells > 8}
     assert big
     save_plan(plan, tmp_path / "p.h5")

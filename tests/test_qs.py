@@ -2,8 +2,10 @@
 
 import warnings
 
+import numpy as np
 import pytest
 
+from bruteforce import pinv
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
 from querysmasher.planning import make_plan
@@ -88,6 +90,9 @@ def test_solutions_are_feasible_and_losses_are_true():
         sol = solver.solve(g, d.store)
         assert sol.mechanism.max_diag() <= 1 + 1e-9
         assert mechanism_loss(g, d.store, sol.mechanism) == pytest.approx(sol.loss, rel=1e-7)
+        x = sol.mechanism.dense_x()  # the loss and the cost from the explicit X: tr(G X^+), max diag X
+        assert float(np.sum(g.dense(d.store) * pinv(x))) == pytest.approx(sol.loss, rel=1e-7)
+        assert float(np.diag(x).max()) == pytest.approx(sol.mechanism.max_diag(), rel=1e-9)
         assert sol.lower_bound <= sol.loss * (1 + 1e-12)
 
 

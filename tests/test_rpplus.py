@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from bruteforce import definition_1d, pinv
 from querysmasher.planners import residual as plan_module
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
@@ -10,8 +11,6 @@ from querysmasher.errors import InputError
 from querysmasher.planning import make_plan
 from querysmasher.schema import parse_schema
 from querysmasher.solvers import mechanism_loss
-from querysmasher.solvers.base import pinv_psd
-from querysmasher.families import gram_1d
 from querysmasher.solvers.rpplus import RPPlusSolver, rpplus_factor
 from querysmasher.workload import parse_workload
 
@@ -51,7 +50,7 @@ def test_workload_basis_is_built_from_the_weighted_attribute_grams():
     d = decompose(parse_workload("prefix:1@3+range:1,2", parse_schema("synthetic:n=5,d=3")))
     solver = RPPlusSolver(basis="workload")
     solver.prepare(d)
-    p, r = np.array(gram_1d("prefix", 5)), np.array(gram_1d("range", 5))
+    p, r = (q.T @ q for q in (definition_1d("prefix", 5), definition_1d("range", 5)))
     expected = rpplus_factor(3 * p + r)
     assert all(np.allclose(x, expected, atol=1e-8) for x in solver.factors.values())
     assert not np.allclose(rpplus_factor(p + r / 3), expected, atol=1e-4)  # the scale matters
@@ -71,7 +70,7 @@ def test_bases_lie_in_the_residual_space_and_losses_are_exact(basis, spec):
         sol = solver.solve(g, d.store)
         assert sol.mechanism.max_diag() <= 1 + 1e-12
         assert sol.loss == pytest.approx(mechanism_loss(g, d.store, sol.mechanism), rel=1e-9)  # dense path
-        assert sol.loss == pytest.approx(float(np.sum(g.dense(d.store) * pinv_psd(sol.mechanism.dense_x()))), rel=1e-9)
+        assert sol.loss == pytest.approx(float(np.sum(g.dense(d.store) * pinv(sol.mechanism.dense_x()))), rel=1e-9)
 
 
 @pytest.mark.parametrize("spec", ["prefix:1,2", "range:1,2", "prefix:1+affine:2", "prefix:1+abs:2", "hybrid:1,2,3"])

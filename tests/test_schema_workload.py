@@ -83,9 +83,9 @@ def test_weights_count_as_multiplicities():
         ("prefix[seed=1]:1", "not allowed"),
     ],
 )
-def test_bad_workloads_name_the_problem(spec, message):
+def test_bad_workloads_name_the_problem(tiny_schema, spec, message):
     with pytest.raises(InputError, match=message.replace("[", r"\[")):
-        parse_workload(spec, parse_schema("synthetic:n=4,d=3"))
+        parse_workload(spec, tiny_schema)
 
 
 def test_random_is_reproducible_from_its_seed():

@@ -213,6 +213,9 @@ def test_weak_duality_for_arbitrary_p():
     for _ in range(20):
         p = rng.dirichlet(np.full(36, 0.3))
         assert dual_bound(G, p) <= opt * (1 + 1e-10)
+        # the dual value from its definition: (tr (P^1/2 G P^1/2)^1/2)^2, P = diag(p)
+        e = np.linalg.eigvalsh(np.sqrt(p)[:, None] * G * np.sqrt(p)[None, :])
+        assert dual_bound(G, p) == pytest.approx(float(np.sqrt(e[e > 1e-12 * e.max()]).sum()) ** 2, rel=1e-10)
     assert dual_bound(G, 5.0 * np.full(36, 1 / 36)) == pytest.approx(dual_bound(G, np.full(36, 1 / 36)), rel=1e-13)
     with pytest.raises(ValueError):
         dual_bound(G, -np.full(36, 1 / 36))

@@ -81,3 +81,19 @@ def test_monte_carlo_rejects_wrong_variances_and_bias(monkeypatch):
     monkeypatch.setattr(data, "marginal", lambda *a: real_marginal(*a) + 3.0)
     with pytest.raises(SolverCheckError, match="biased"):
         check_monte_carlo(plan, draws=500)
+
+
+@pytest.mark.parametrize("spec", SMALL_WORKLOADS)
+def test_the_kits_explicit_matrices_are_the_hand_written_ones(spec):
+    """The kit's full-domain workload and marginal maps (built with the library's families and
+    Kronecker helper) are the tests' own, built from hand-written 1-D matrices."""
+    import bruteforce
+
+    from querysmasher import testing
+    from querysmasher.workload import parse_workload
+
+    w = parse_workload(spec, testing.SMALL_SCHEMA)
+    (rows, weights), (want_rows, want_weights) = testing.full_workload(w), bruteforce.full_workload(w)
+    assert np.array_equal(rows, want_rows) and np.array_equal(weights, want_weights)
+    for v in w.views:
+        assert np.array_equal(testing.marginal_map(w.schema.sizes, v.attrs), bruteforce.marginal_map(w.schema.sizes, v.attrs))

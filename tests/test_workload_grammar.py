@@ -1,11 +1,9 @@
 """Workload terms that name their attribute subsets, and workload files (YAML/JSON)."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
+from bruteforce import pair_matrix
 from querysmasher.decompose import view_query_matrix
 from querysmasher.errors import InputError
 from querysmasher.families import pair_count
@@ -34,14 +32,15 @@ def test_named_subsets_are_the_views(spec, views, count):
     assert w.query_count() == count
 
 
-def test_named_subset_is_the_same_view_as_the_k_term():
+def test_named_subset_is_the_same_view_as_the_k_term(tiny_schema):
     """affine:(a,b) on every pair is affine:2: same views, same queries, same counts."""
-    s = parse_schema("synthetic:n=4,d=3")
+    s = tiny_schema
     named = parse_workload("affine:(a0,a1),(a0,a2),(a1,a2)+hybrid:(a2)", s)
     k_term = parse_workload("affine:2+hybrid:1", s)
     assert [v.attrs for v in named.views] == [v.attrs for v in k_term.views if v.family == "affine"] + [(2,)]
     for a, b in zip(named.views[:3], k_term.views[:3]):
         assert np.array_equal(view_query_matrix(named, a), view_query_matrix(k_term, b))
+        assert np.array_equal(view_query_matrix(named, a), pair_matrix("affine", 4, 4))  # A_i + A_j <= c, c = 0..6
 
 
 def test_hybrid_on_a_named_pair_is_prefix_times_identity():
@@ -195,13 +194,13 @@ def test_workload_file_spec_without_schema(tmp_path):
     assert workload_file_spec(path) == "marginal:2@0.5"
 
 
-def test_cli_plans_a_workload_file_and_names_unknown_attributes(tmp_path):
+def test_cli_plans_a_workload_file_and_names_unknown_attributes(tmp_path, cli):
     good = _write(tmp_path, "- {family: marginal, attributes: [race, sex]}\n")
     bad = _write(tmp_path, "- {family: marginal, attributes: [race, sx]}\n", "bad.yaml")
-    run = lambda w: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "querysmasher", "plan", "--schema", "cps", "--workload", w, "--method", "wff", "--json"],
-        capture_output=True, text=True,
-    )
+
+    def run(w):
+        return cli("plan", "--schema", "cps", "--workload", w, "--method", "wff", "--json")
+
     ok = run(good)
     assert ok.returncode == 0, ok.stderr
     assert '"marginal:(race,sex)"' in ok.stdout

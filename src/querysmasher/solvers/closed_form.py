@@ -30,7 +30,7 @@ from ..decompose import SubworkloadGram, is_factor
 from ..linalg import MatrixStore, centering
 from .base import ViewMechanism, ViewSolution
 
-__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d"]
+__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d", "circulant_from_weights"]
 
 
 class RPSolver:
@@ -74,7 +74,7 @@ def wff_weights_1d(g: np.ndarray) -> tuple[np.ndarray, float]:
     return (s / (n * gamma) if gamma > 0 else s), gamma
 
 
-def _circulant_from_weights(w: np.ndarray) -> np.ndarray:
+def circulant_from_weights(w: np.ndarray) -> np.ndarray:
     """F^H diag(w) F for the unnormalised 1-D DFT F (a real symmetric circulant when w is even)."""
     n = w.shape[0]
     f = np.fft.fft(np.eye(n))
@@ -95,7 +95,7 @@ class WFFSolver:
         if gram.single_kron:
             t = gram.terms[0]
             ws, gammas = zip(*(wff_weights_1d(store[f]) for f in t.factors))
-            factors = tuple(_circulant_from_weights(w) for w in ws)
+            factors = tuple(circulant_from_weights(w) for w in ws)
             loss = t.coef * math.prod(gm * gm for gm in gammas)
             return ViewSolution(ViewMechanism("kron", sizes, factors), loss, 0.0, self.name)
         c = math.prod(sizes)

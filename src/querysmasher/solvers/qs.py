@@ -36,7 +36,7 @@ import numpy as np
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate
 from .base import ViewMechanism, ViewSolution, prime_eigh
-from .closed_form import RPSolver, WFFSolver, _circulant_from_weights, wff_weights_1d
+from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_weights_1d
 from .sdp import solve_dense, solve_factored
 
 __all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
@@ -95,7 +95,7 @@ class QSSolver:
             w, gamma = wff_weights_1d(g)
             candidates = [
                 (r.X, r.loss, "qs"),
-                (_circulant_from_weights(w), gamma * gamma, "wff"),
+                (circulant_from_weights(w), gamma * gamma, "wff"),
                 (centering(n) * (n / (n - 1)), (n - 1) / n * float(np.trace(g)), "rp"),
             ]
             x, loss, which = min(candidates, key=lambda c: c[1])
