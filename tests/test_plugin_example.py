@@ -99,3 +99,55 @@ def test_one_experiment_workflow_grid(plugin_env, tmp_path):
     assert [p.name for p in (tmp_path / "results" / "solves").iterdir()][0].startswith("scaledid-o")
     log = (tmp_path / "results" / name / "logs" / "allocate.log").read_text()
     assert "querysmasher: allocated beta 1" in log  # the library's log lines reach the rule's log file
+
+
+@pytest.mark.skipif(not HAVE_SNAKEMAKE, reason="snakemake is not installed (pip install -e '.[workflow]')")
+def test_a_whole_workload_planner_plugin_works_in_every_face(plugin_env, tmp_path):
+    """The example's ``fullident`` planner, found through the entry-point group
+    ``querysmasher.planners`` with no edit to querysmasher: the CLI plans, measures and reconstructs
+    with it, the API plans and measures with it, a release spec names it, a workflow grid runs it."""
+    import numpy as np
+    import pandas as pd
+
+    schema, workload = "synthetic:n=3,d=2", "prefix:1+marginal:2"
+    records = pd.DataFrame(np.random.default_rng(0).integers(0, 3, (200, 2)), columns=["a0", "a1"])
+    records.to_csv(tmp_path / "d.csv", index=False)
+    # the identity over the 9 cells: every query's variance is its size (the cells it sums) / beta
+    # CLI: plan, measure, reconstruct
+    plan = tmp_path / "p.h5"
+    r = run(plugin_env, "-m", "querysmasher", "plan", "--schema", schema, "--workload", workload, "--method", "fullident", "--json", "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    # prefix:1: per attribute the prefixes A <= 0, 1, 2 sum 3, 6, 9 cells; marginal:2: 9 cells of one each
+    from querysmasher.allocation import BUDGET_MARGIN
+
+    expected = (2 * (3 + 6 + 9) + 9) / (2 * 3 + 9) / (1 - BUDGET_MARGIN)  # mean squared error at beta 1 (the allocation keeps a margin)
+    assert s["method"] == "fullident" and s["rmse"] == pytest.approx(expected ** 0.5, rel=1e-12)
+    r = run(plugin_env, "-m", "querysmasher", "measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.h5"), "--seed", "1")
+    assert r.returncode == 0, r.stderr
+    r = run(plugin_env, "-m", "querysmasher", "reconstruct", "--plan", str(plan), "--measurements", str(tmp_path / "m.h5"), "--out", str(tmp_path / "a.h5"))
+    assert r.returncode == 0 and json.loads(r.stdout)["queries"] == 15, r.stderr
+    # API
+    code = ("import querysmasher as qs, pandas as pd; p = qs.make_plan('synthetic:n=3,d=2', 'prefix:1+marginal:2', method='fullident'); "
+            f"a = p.measure(pd.read_csv({str(tmp_path / 'd.csv')!r}), seed=2).reconstruct(); print(p.rmse, len(a.view(0)))")
+    r = run(plugin_env, "-c", code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rmse, rows = r.stdout.split()
+    assert float(rmse) == pytest.approx(expected ** 0.5, rel=1e-12) and int(rows) == 3
+    # a release spec
+    (tmp_path / "dom.yaml").write_text("a0: 3\na1: 3\n")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"data": "d.csv", "domain": "dom.yaml", "tables": [{"prefix": ["a0"]}, {"marginal": ["a0", "a1"]}],
+                                                        "budget": {"rho": 0.5}, "method": "fullident"}))
+    r = run(plugin_env, "-m", "querysmasher", "release", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "rel"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["method"] == "fullident" and (tmp_path / "rel" / "answers" / "prefix__a0.csv").is_file()
+    # a workflow grid
+    wd = tmp_path / "wf"
+    wd.mkdir()
+    cfg = {"schemas": {"tiny": {"spec": schema, "data": {"synthetic": {"records": 300, "seed": 1}}}},
+           "grid": [{"schemas": ["tiny"], "workloads": [workload], "methods": ["fullident", "rp"], "budgets": [1.0], "seeds": [0]}]}
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    r = run(plugin_env, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(wd), "--configfile", str(wd / "config.yaml"), "--cores", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((wd / "results" / "tiny__prefix-1_marginal-2__fullident__beta1__seed0" / "metrics.json").read_text())
+    assert m["predicted_rmse"] == pytest.approx(expected ** 0.5, rel=1e-9) and m["empirical_rmse"] > 0

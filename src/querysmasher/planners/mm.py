@@ -23,17 +23,15 @@ import time
 import numpy as np
 
 from ..accounting import Budget
-from ..allocation import allocate
 from ..fulldomain import DEFAULT_MAX_FULL_CELLS, cell_index, check_fits, full_domain_gram
-from ..linalg import content_hash
+from ..mechanisms import ViewMechanism
+from ..plan import Plan
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
-from ..mechanisms import ViewMechanism
-from ..solvers.base import ViewSolution
-from ..plan import Plan
 from ..solvers.qs import DEFAULT_TARGET_GAP, QSSolver
 from ..solvers.sdp import loss_of, solve_dense
 from .residual import plan_residual
+from .wholedomain import full_domain_plan
 
 __all__ = ["plan_mm", "residual_plan_as_full_domain", "MMPlanner"]
 
@@ -78,17 +76,10 @@ def plan_mm(
     candidates.append((x_qs, loss_of(g, x_qs), "mm/qs"))
     x, loss, which = min(candidates, key=lambda c: c[1])
     low = min(r.lower_bound, loss)
-    gap = (loss - low) / loss if loss > 0 else 0.0
     note = "" if r.converged else f"full-domain solve stopped at gap {r.gap:.2e} (target {target_gap:.0e})"
-    mech = ViewMechanism("dense", schema.sizes, (x,))
-    key = content_hash("mm", workload.spec, str(schema.sizes))
-    sol = ViewSolution(mech, loss, low, which, note, gap)
-    alloc = allocate([loss], budget.beta, [mech.cost(budget.neighbours)])
     phases = {"gram": t1 - t0, "solve": t2 - t1, "residual_candidate": time.perf_counter() - t2}
-    return Plan(
-        schema, workload, "mm", budget, [tuple(range(len(schema)))], [key], np.ones(1), np.array([loss]), np.array([low]),
-        alloc, {key: sol}, len({v.attrs for v in workload.views}), phases, [f"{which}: {note}"] if note else [], layout="full-domain",
-    )
+    return full_domain_plan(schema, workload, "mm", budget, ViewMechanism("dense", schema.sizes, (x,)), loss=loss, lower_bound=low,
+                            solver=which, note=note, phase_seconds=phases)
 
 
 class MMPlanner:
