@@ -20,7 +20,6 @@ from .accounting import DEFAULT_REPORT_DELTA, Budget, PureBudget, make_budget
 from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
-from .methods import get_method, method_names
 
 __all__ = ["main", "build_parser"]
 
@@ -142,6 +141,8 @@ def _solver_options(args: argparse.Namespace) -> dict:
 
         opts[key.strip()] = parse_yaml(value, f"--option {key.strip()}")
     if opts:  # the method's own check of its options, before any work
+        from .methods import get_method
+
         try:
             get_method(args.method).build(**opts)
         except InputError as exc:
@@ -150,6 +151,7 @@ def _solver_options(args: argparse.Namespace) -> dict:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from .methods import get_method  # numpy and the solvers: only when planning (import time of the CLI)
     from .planfiles import save_any_plan
     from .planning import make_plan
     from .workload import workload_input_files
