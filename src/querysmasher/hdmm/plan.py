@@ -21,7 +21,8 @@ A template that gives the same strategy as another (OPT_+ with one group is OPT_
 is skipped with a note. Restarts (``restarts``, default 3) go where a template has a random start:
 Gaussian ``kron``/``plus-*`` run from the identity and ``restarts`` - 1 random factors (a group of
 one view is a product of independent convex OPT_0 problems and runs once); Laplace ``kron``/``plus-*``
-run from ``restarts`` random p-Identity starts, Laplace ``marginal`` from three fixed and
+run from ``restarts`` random p-Identity starts (a group of one view: one OPT_0 per attribute from
+3 x ``restarts`` starts, the same number), Laplace ``marginal`` from three fixed and
 ``restarts`` - 1 random weights, Laplace ``explicit`` from max(8, ``restarts``) random starts.
 Gaussian ``explicit`` and ``marginal`` are solved exactly (certified SDP, closed form). Each template
 draws from its own generator (``seed``, template), so its candidate does not depend on which other
