@@ -133,7 +133,6 @@ class HDMMPlan(PredictedError):
             **self.budget.to_dict(),
             "seconds": self.seconds,
             "template": self.template,
-            "optimizer": self.template,  # the key the workflow's HDMM metrics read (pipeline.hdmm_steps)
             "candidates": {
                 k: {"total_variance": c.total_variance, "rmse": rmse(c.total_variance, self.queries), "seconds": c.seconds}
                 for k, c in self.candidates.items()
