@@ -31,7 +31,7 @@ from ..schema import Schema
 from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, _check_domain, hdmm_measure, hdmm_reconstruct
+from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, check_domain, hdmm_measure, hdmm_reconstruct
 
 __all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
 
@@ -198,11 +198,11 @@ def _check_winner(path, plan: HDMMPlan) -> None:
 
 def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
     """Raise the one-line InputError when the full data vector would not fit (HDMM's real limit)."""
-    _check_domain(plan, max_domain_cells)
+    check_domain(plan, max_domain_cells)
 
 
 def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.ndarray:
-    cells = _check_domain(plan, max_domain_cells)  # refuse before allocating anything
+    cells = check_domain(plan, max_domain_cells)  # refuse before allocating anything
     flat = np.ravel_multi_index(tuple(records.codes[:, i] for i in range(len(plan.schema))), plan.schema.sizes)
     return np.bincount(flat, minlength=cells).astype(float)
 

@@ -69,7 +69,7 @@ from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_k
 
 __all__ = [
     "HDMMGroup", "HDMMPlan", "HDMMMeasurements", "plan_hdmm", "hdmm_measure", "hdmm_reconstruct",
-    "TEMPLATES", "DEFAULT_TEMPLATES", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS",
+    "TEMPLATES", "DEFAULT_TEMPLATES", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
 ]
 
 TEMPLATES: tuple[str, ...] = ("kron", "plus-view", "plus-term", "marginal", "explicit")
@@ -321,7 +321,8 @@ class HDMMMeasurements:
     y: tuple[tuple[np.ndarray, ...], ...]
 
 
-def _check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
+def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
+    """The domain's cell count, or the one-line InputError when the full data vector would exceed ``max_domain_cells``."""
     cells = plan.schema.domain_cells()
     if cells > max_domain_cells:
         raise InputError(
@@ -337,7 +338,7 @@ def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cel
     Gaussian noise of variance σ_g^2, or Laplace noise of scale b_g = ||A_g||_1 / ε_g, spending the
     plan's budget. ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
     (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
-    cells = _check_domain(plan, max_domain_cells)
+    cells = check_domain(plan, max_domain_cells)
     x = np.asarray(x_full, dtype=float)
     if x.shape != (cells,):
         raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
@@ -356,7 +357,7 @@ def hdmm_reconstruct(plan: HDMMPlan, meas: HDMMMeasurements, *, max_domain_cells
     """Workload answers, one array per workload view (in ``plan.workload.views`` order): each group's
     least-squares estimate x̂_g = X_g^+ A_g^T y_g answers the views of that group (HDMM's OPT_+ error
     model, which the plan predicts exactly; a joint estimate over all groups could only lower it)."""
-    _check_domain(plan, max_domain_cells)
+    check_domain(plan, max_domain_cells)
     sizes = plan.schema.sizes
     answers: list[np.ndarray | None] = [None] * len(plan.workload.views)
     for g, y in zip(plan.groups, meas.y):
