@@ -14,20 +14,20 @@ from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
 
 EPS = 0.7
-CASES = [("opt0", "hybrid:1,2", "term"), ("kron", "prefix:1,2", "term"), ("plus", "range:1+prefix:2", "term"),
-         ("plus", "circular:1@2+marginal:2", "view"), ("marginals", "marginal:1,2", "term"), ("marginals", "marginal:2@3+marginal:1", "term")]
+CASES = [("explicit", "hybrid:1,2"), ("kron", "prefix:1,2"), ("plus-term", "range:1+prefix:2"), ("plus-view", "circular:1@2+marginal:2"),
+         ("plus-view", "hybrid:1,2"), ("marginal", "marginal:1,2"), ("marginal", "marginal:2@3+marginal:1")]
 
 
 @pytest.fixture(scope="module")
 def plans(small_schema, tmp_path_factory):
     """Each case planned, written and loaded back: the tests use the loaded plan, as a release would."""
     out = {}
-    for optimizer, spec, grouping in CASES:
-        plan = plan_hdmm(small_schema, spec, PureBudget(EPS), optimizers=(optimizer,), grouping=grouping, restarts=1, seed=3)
+    for template, spec in CASES:
+        plan = plan_hdmm(small_schema, spec, PureBudget(EPS), templates=(template,), restarts=1, seed=3)
         path = tmp_path_factory.mktemp("p") / "plan.h5"
         save_hdmm_plan(plan, path)
-        out[optimizer, spec] = load_hdmm_plan(path)
-        assert out[optimizer, spec].total_variance == plan.total_variance
+        out[template, spec] = load_hdmm_plan(path)
+        assert out[template, spec].total_variance == plan.total_variance
     return out
 
 
@@ -42,13 +42,13 @@ class _Recorder:
         return np.zeros(shape)
 
 
-@pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_l1_sensitivity_of_the_applied_operator_by_brute_force(small_schema, plans, optimizer, spec, grouping):
+@pytest.mark.parametrize("template, spec", CASES)
+def test_l1_sensitivity_of_the_applied_operator_by_brute_force(small_schema, plans, template, spec):
     """For every neighbouring pair x, x + e_c (one record more in cell c), the measurement's change,
     each block divided by the Laplace scale it is released with, has L1 norm at most ε, and the
     budget is spent: the largest equals ε."""
-    plan = plans[optimizer, spec]
-    assert plan.optimizer == optimizer and plan.noise == "laplace"
+    plan = plans[template, spec]
+    assert plan.template == template and plan.noise == "laplace"
     cells = small_schema.domain_cells()
     worst = 0.0
     for c in range(cells):
@@ -63,11 +63,11 @@ def test_l1_sensitivity_of_the_applied_operator_by_brute_force(small_schema, pla
     assert worst >= EPS * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_expected_error_equals_the_explicit_one(small_schema, plans, optimizer, spec, grouping):
+@pytest.mark.parametrize("template, spec", CASES)
+def test_expected_error_equals_the_explicit_one(small_schema, plans, template, spec):
     """2 b_g^2 Σ_v w_v ||Q_v A_g^+||_F^2 over groups, from the explicit strategy rows, equals the
     implicitly computed total variance; every view is answerable from its group's strategy."""
-    plan = plans[optimizer, spec]
+    plan = plans[template, spec]
     total = 0.0
     for g, b in zip(plan.groups, plan.allocation.scales):
         a = g.strategy.dense()
@@ -81,9 +81,9 @@ def test_expected_error_equals_the_explicit_one(small_schema, plans, optimizer, 
     assert total == pytest.approx(plan.total_variance, rel=1e-9)
 
 
-@pytest.mark.parametrize("optimizer, spec, grouping", CASES)
-def test_expected_error_against_monte_carlo(small_schema, plans, optimizer, spec, grouping):
-    plan = plans[optimizer, spec]
+@pytest.mark.parametrize("template, spec", CASES)
+def test_expected_error_against_monte_carlo(small_schema, plans, template, spec):
+    plan = plans[template, spec]
     rng = np.random.default_rng(11)
     x = rng.integers(0, 20, small_schema.domain_cells()).astype(float)
     truth = [view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views]
@@ -149,7 +149,7 @@ def test_a_tampered_laplace_plan_file_is_refused(small_schema, tmp_path, edit, n
     import h5py
 
     path = tmp_path / "plan.h5"
-    save_hdmm_plan(plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1), path)
+    save_hdmm_plan(plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), templates=("kron",), restarts=1), path)
     with h5py.File(path, "r+") as f:
         edit(f)
     with pytest.raises(InputError, match="hdmm plan file") as e:
@@ -158,14 +158,14 @@ def test_a_tampered_laplace_plan_file_is_refused(small_schema, tmp_path, edit, n
 
 
 def test_summary_reports_pure_epsilon_dp(small_schema):
-    s = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.5), optimizers=("kron",), restarts=1).summary()
+    s = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.5), templates=("kron",), restarts=1).summary()
     assert (s["noise"], s["privacy"], s["epsilon"], s["delta"]) == ("laplace", "pure epsilon-DP", 0.5, 0.0)
     assert "beta" not in s and "rho" not in s
 
 
 def test_error_scales_as_one_over_epsilon_squared(small_schema):
-    a = plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), optimizers=("kron",), restarts=1, seed=1)
-    b = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.25), optimizers=("kron",), restarts=1, seed=1)
+    a = plan_hdmm(small_schema, "prefix:1,2", PureBudget(1.0), templates=("kron",), restarts=1, seed=1)
+    b = plan_hdmm(small_schema, "prefix:1,2", PureBudget(0.25), templates=("kron",), restarts=1, seed=1)
     assert b.total_variance == pytest.approx(16 * a.total_variance, rel=1e-12)
 
 

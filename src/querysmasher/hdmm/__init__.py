@@ -3,20 +3,21 @@ not a per-view method), with Gaussian noise (zCDP) or Laplace noise (pure ε-DP,
 
 >>> from querysmasher.accounting import Budget
 >>> p = plan_hdmm("synthetic:n=10,d=40", "prefix:1,2", Budget.from_beta(1.0), restarts=1)
->>> p.optimizer, round(p.rmse, 2)
+>>> p.template, round(p.rmse, 2)
 ('kron', 52.35)
 """
 
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import OPTIMIZERS, HDMMGroup, HDMMMeasurements, HDMMPlan, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from .plan import DEFAULT_TEMPLATES, TEMPLATES, HDMMGroup, HDMMMeasurements, HDMMPlan, hdmm_measure, hdmm_reconstruct, plan_hdmm
 
 __all__ = [
     "ImplicitWorkload",
     "KronStrategy",
     "LaplaceStrategy",
     "PureBudget",
-    "OPTIMIZERS",
+    "TEMPLATES",
+    "DEFAULT_TEMPLATES",
     "HDMMGroup",
     "HDMMMeasurements",
     "HDMMPlan",

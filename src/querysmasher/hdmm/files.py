@@ -1,15 +1,18 @@
 """HDMM plan, measurement and answer files, for the ``plan``/``measure``/``reconstruct`` commands.
 
 An HDMM plan file (format ``HDMM_PLAN_FORMAT``) stores the noise (``gaussian`` with its zCDP budget,
-or ``laplace`` with its pure ε) and the optimised strategy itself: per group, the workload views it
-answers, its distinct per-attribute factors (Gram factors for Gaussian noise, explicit rows for
-Laplace noise), block index and block weights. Loading never re-runs the (randomised) optimisers: it
+or ``laplace`` with its pure ε), the template search (the templates requested, the winner, every
+candidate's total variance and planning time) and the winning strategy itself: per group, the
+workload views it answers, its distinct per-attribute factors (Gram factors for Gaussian noise,
+explicit rows for Laplace noise), block index and block weights. Loading never re-runs the (randomised) optimisers: it
 rebuilds each strategy, checks that it is a valid strategy at privacy cost 1 (Gaussian: PSD factors
 with max diagonal 1, unit diagonals and orthogonal blocks in a union; Laplace: non-negative factors
 whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every group's expected error from the stored strategy and refuses the file
 unless they equal the recorded ones (relative ``VERIFY_RTOL``: the recomputation runs eigen-
-decompositions, whose rounding differs across BLAS builds far below that). Files of the first
-format, which held only the optimiser's seed, are refused in one line. Measuring and reconstructing
+decompositions, whose rounding differs across BLAS builds far below that); the winner must be a
+known template whose recorded candidate error is the plan's and no lower than any other candidate's.
+Files of earlier formats (1: only the optimiser's seed; 2: the strategy under the old optimiser
+names, without the template search) are refused in one line. Measuring and reconstructing
 need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
 """
 
@@ -28,11 +31,11 @@ from ..schema import Schema
 from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import MAX_DOMAIN_CELLS, HDMMGroup, HDMMMeasurements, HDMMPlan, _check_domain, hdmm_measure, hdmm_reconstruct
+from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, check_domain, hdmm_measure, hdmm_reconstruct
 
 __all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
 
-HDMM_PLAN_FORMAT = 2  # 1: seed only, re-optimised on load; 2: the strategy itself
+HDMM_PLAN_FORMAT = 3  # 1: seed only, re-optimised on load; 2: the strategy itself; 3: and the template search
 VERIFY_RTOL = 1e-7
 _PSD_RTOL = 1e-9
 
@@ -76,9 +79,10 @@ def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
             put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
         f.attrs["seed"] = plan.seed
         f.attrs["restarts"] = plan.restarts
-        f.attrs["optimizer"] = plan.optimizer
+        f.attrs["template"] = plan.template
         f.attrs["seconds"] = plan.seconds
-        put_json(f, "candidates", plan.candidates)
+        put_json(f, "templates", list(plan.templates))
+        put_json(f, "candidates", {k: {"total_variance": c.total_variance, "seconds": c.seconds} for k, c in plan.candidates.items()})
         put_json(f, "notes", plan.notes)
         f.attrs["total_variance"] = plan.total_variance
         put_json(f, "summary", plan.summary())
@@ -126,7 +130,8 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
     with open_h5(path, "hdmm-plan") as f:
         version = int(f.attrs.get("hdmm_plan_format", 1))
         if version != HDMM_PLAN_FORMAT:
-            raise _refuse(path, f"has HDMM plan format {version}, which does not store the strategy; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
+            held = "does not store the strategy" if version == 1 else "does not record the template search"
+            raise _refuse(path, f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
         schema = Schema.from_dict(get_json(f, "schema"))
         workload = parse_workload(str(f.attrs["workload"]), schema)
         b, noise = get_json(f, "budget"), str(f.attrs["noise"])
@@ -146,9 +151,10 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
             except (ValueError, KeyError, IndexError) as exc:
                 raise _refuse(path, f"group {gi} does not hold a valid strategy ({exc})") from None
             groups.append(_verified_group(path, implicit, np.asarray(g["views"][()], dtype=np.int64), strategy, several, float(g.attrs["error"])))
+        template, templates = str(f.attrs["template"]), tuple(get_json(f, "templates"))
+        candidates = _candidates(path, get_json(f, "candidates"), templates)
         plan = HDMMPlan(
-            schema, workload, budget, str(f.attrs["optimizer"]), tuple(groups),
-            {k: float(v) for k, v in get_json(f, "candidates").items()}, int(f.attrs["seed"]), int(f.attrs["restarts"]),
+            schema, workload, budget, template, tuple(groups), candidates, templates, int(f.attrs["seed"]), int(f.attrs["restarts"]),
             float(f.attrs["seconds"]), list(get_json(f, "notes")),
         )
         recorded = float(f.attrs["total_variance"])
@@ -157,16 +163,46 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         raise _refuse(path, "its groups do not answer every workload view exactly once")
     if not np.isclose(plan.total_variance, recorded, rtol=VERIFY_RTOL, atol=0):
         raise _refuse(path, f"total variance {plan.total_variance!r} differs from the recorded {recorded!r}")
+    _check_winner(path, plan)
     return plan
+
+
+def _candidates(path, stored: dict, templates: tuple[str, ...]) -> dict[str, Candidate]:
+    """The recorded candidates, each a requested template with a finite total variance."""
+    if not templates or any(t not in TEMPLATES for t in templates):
+        raise _refuse(path, f"requests templates {list(templates)}, not a non-empty list from {', '.join(TEMPLATES)}")
+    out = {}
+    for name, c in sorted(stored.items(), key=lambda kv: TEMPLATES.index(kv[0]) if kv[0] in TEMPLATES else len(TEMPLATES)):  # the search's order
+        if name not in templates:
+            raise _refuse(path, f"has a candidate {name!r} that is not among its requested templates {list(templates)}")
+        try:
+            out[name] = Candidate(float(c["total_variance"]), float(c["seconds"]))
+        except (TypeError, KeyError, ValueError):
+            raise _refuse(path, f"candidate {name!r} has no total variance and seconds") from None
+        if not np.isfinite(out[name].total_variance):
+            raise _refuse(path, f"candidate {name!r} has total variance {out[name].total_variance!r}")
+    return out
+
+
+def _check_winner(path, plan: HDMMPlan) -> None:
+    """The recorded winner is a candidate, its recorded error is the loaded strategy's, and no candidate is lower."""
+    won = plan.candidates.get(plan.template)
+    if won is None:
+        raise _refuse(path, f"its template {plan.template!r} is not among its candidates {sorted(plan.candidates)}")
+    if not np.isclose(won.total_variance, plan.total_variance, rtol=VERIFY_RTOL, atol=0):
+        raise _refuse(path, f"template {plan.template!r} is recorded with total variance {won.total_variance!r}, its strategy has {plan.total_variance!r}")
+    lower = [k for k, c in plan.candidates.items() if c.total_variance < won.total_variance]
+    if lower:
+        raise _refuse(path, f"template {plan.template!r} is not the best candidate ({lower[0]!r} is lower)")
 
 
 def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
     """Raise the one-line InputError when the full data vector would not fit (HDMM's real limit)."""
-    _check_domain(plan, max_domain_cells)
+    check_domain(plan, max_domain_cells)
 
 
 def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.ndarray:
-    cells = _check_domain(plan, max_domain_cells)  # refuse before allocating anything
+    cells = check_domain(plan, max_domain_cells)  # refuse before allocating anything
     flat = np.ravel_multi_index(tuple(records.codes[:, i] for i in range(len(plan.schema))), plan.schema.sizes)
     return np.bincount(flat, minlength=cells).astype(float)
 

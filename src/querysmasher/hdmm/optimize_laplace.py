@@ -6,8 +6,8 @@ The optimisers (McKenna et al., §4, §6, §8), each returning a strategy of sen
   minimising tr(G (A^T A)^-1) with L-BFGS-B from random starts (A is always full rank);
 * :func:`opt_kron` — OPT_⊗: ⊗_i A_i with p-Identity factors; the error Σ_j w_j ∏_i tr(G_ji X_i^-1)
   is minimised one attribute at a time on the surrogate Gram of :mod:`.optimize` (HDMM's Eq. 5),
-  warm-started, until a sweep gains less than ``tol``; attributes where every term is the total
-  get A_i = 1^T, optimal for them;
+  warm-started, until a sweep gains less than ``tol`` (one OPT_0 per attribute when the workload is
+  one view); attributes where every term is the total get A_i = 1^T, optimal for them;
 * :func:`opt_plus` — OPT_+: one OPT_⊗ strategy per group; with group errors E_g at sensitivity 1 the
   budget split ε_g ∝ E_g^(1/3) gives total variance 2 (Σ_g E_g^(1/3))^3 / ε^2 (:func:`laplace_allocation`);
 * :func:`opt_marginals` — OPT_M: weighted marginals A = [θ_S M_S]_S, sensitivity Σ θ_S; X = Σ θ_S^2
@@ -36,6 +36,7 @@ from scipy.optimize import minimize
 from ..linalg import centering, single_threaded_blas
 from .implicit import TOTAL, ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy
+from .optimize import separable
 
 __all__ = ["p_identity", "default_p", "opt_0", "opt_kron", "opt_plus", "opt_marginals", "MAX_MARGINALS"]
 
@@ -145,16 +146,39 @@ def _sweep_gauss_seidel(state: _KronState, solve: _BlockSolver) -> _KronState:
     return out
 
 
+def _separable_kron(workload: ImplicitWorkload, active: list[int], *, rng: np.random.Generator, restarts: int, p: int | None, starts: int,
+                    memo: dict) -> LaplaceStrategy:
+    """OPT_⊗ of a :func:`~.optimize.separable` workload: the error is w ∏_i tr(G_i X_i^-1), so each
+    active attribute gets OPT_0 on its own Gram (``restarts`` x (1 + ``starts``) random starts, as
+    many as the block-coordinate runs begin with), shared through ``memo`` by every group of a plan
+    with the same Gram."""
+    factors = []
+    for i, n in enumerate(workload.sizes):
+        if i not in active:
+            factors.append(np.ones((1, n)))
+            continue
+        g = workload.grams[i][workload.index[0, i]]
+        pi = default_p(n) if p is None else p
+        key = (np.round(g / np.trace(g), 12).tobytes(), g.shape, pi)
+        if key not in memo:
+            memo[key] = p_identity(opt_0(g, rng=rng, p=pi, restarts=max(1, restarts) * (1 + starts)))
+        factors.append(memo[key])
+    return LaplaceStrategy.single(tuple(factors))
+
+
 def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, p: int | None = None, starts: int = DEFAULT_BLOCK_STARTS,
-             max_sweeps: int = DEFAULT_MAX_SWEEPS, tol: float = DEFAULT_TOL, **_ignored) -> LaplaceStrategy:
+             max_sweeps: int = DEFAULT_MAX_SWEEPS, tol: float = DEFAULT_TOL, memo: dict | None = None, **_ignored) -> LaplaceStrategy:
     """OPT_⊗ with p-Identity factors: the best of ``restarts`` block-coordinate runs from random Θ.
 
     Each block minimiser is OPT_0 on the surrogate from the current Θ_i and ``starts`` random points.
     All blocks are first minimised from the same iterate (Jacobi), so exchangeable attributes share one
     solve; a Jacobi sweep that does not lower the error is replaced by a sequential (Gauss-Seidel) one,
-    which cannot raise it (every block solve includes the current Θ_i).
+    which cannot raise it (every block solve includes the current Θ_i). A :func:`~.optimize.separable`
+    workload (one view) needs no alternation: :func:`_separable_kron`, memoised in ``memo``.
     """
     active = workload.active()
+    if separable(workload):
+        return _separable_kron(workload, active, rng=rng, restarts=restarts, p=p, starts=starts, memo={} if memo is None else memo)
     fixed = {i: np.ones((1, n)) for i, n in enumerate(workload.sizes) if i not in active}
     solve = _BlockSolver(rng, starts)
     best: tuple[float, _KronState] | None = None
