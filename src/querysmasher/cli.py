@@ -185,12 +185,14 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace) -> int:
     from .data import load_records, warn_dropped
+    from .h5read import probe
     from .io import read_kind
     from .measure import measure_iter, plan_digest, save_measurements
     from .noise import make_noise
     from .schema import parse_schema
 
     check_output(args.out, inputs=[args.plan, args.data, args.domain, args.schema])
+    probe(args.plan, "--plan")  # HDF5 crashes or hangs on some corrupted files: a child reads it first
 
     hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
     if hdmm:
@@ -224,6 +226,7 @@ def _measure(args: argparse.Namespace) -> int:
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
+    from .h5read import probe
     from .io import read_kind
     from .measure import load_measurements, plan_digest
     from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
@@ -234,6 +237,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
     check_output(args.out, inputs=inputs)
     if args.csv:
         check_output(args.csv, "--csv", inputs=inputs + [args.out], folder=True)
+    probe(args.plan, "--plan")  # HDF5 crashes or hangs on some corrupted files: a child reads them first
+    probe(args.measurements, "--measurements")
 
     if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
         from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
