@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -420,11 +420,13 @@ def probe(path, what: str, seconds: float | None = None) -> None:
     if not hasattr(os, "fork") or not os.path.isfile(path):
         return
     seconds = PROBE_SECONDS if seconds is None else seconds
+    read_end, write_end = os.pipe()  # closed by the child's exit, however it ends: wakes the parent at once
     pid = os.fork()
     if pid == 0:  # the child: no output, no cleanup of the parent's state, only the exit status
         try:
             import faulthandler
 
+            os.close(read_end)
             faulthandler.disable()
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
@@ -432,16 +434,15 @@ def probe(path, what: str, seconds: float | None = None) -> None:
             _walk(path)
         finally:
             os._exit(0)
-    deadline, pause = time.monotonic() + seconds, 0.0005
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise InputError(what, str(path), f"is corrupted: the HDF5 library was still reading its structure after {seconds:g} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    os.close(write_end)
+    try:
+        finished, _, _ = select.select([read_end], [], [], seconds)
+    finally:
+        os.close(read_end)
+    if not finished:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise InputError(what, str(path), f"is corrupted: the HDF5 library was still reading its structure after {seconds:g} s")
+    _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         raise InputError(what, str(path), f"is corrupted: the HDF5 library crashed reading it ({signal.Signals(os.WTERMSIG(status)).name})")
