@@ -8,7 +8,11 @@ rebuilds each strategy, checks that it is a valid strategy at privacy cost 1 (Ga
 with max diagonal 1, unit diagonals and orthogonal blocks in a union; Laplace: non-negative factors
 whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every group's expected error from the stored strategy and refuses the file
 unless they equal the recorded ones (relative ``VERIFY_RTOL``: the recomputation runs eigen-
-decompositions, whose rounding differs across BLAS builds far below that). Files of the first
+decompositions, whose rounding differs across BLAS builds far below that; a strategy accepted
+within that tolerance above cost 1 is released with noise calibrated to its recomputed cost,
+:func:`.plan.noise_cost`, never above the budget). Every stored field is read through
+:mod:`querysmasher.h5read`, its type, shape and range checked against the schema before it is
+used, and so is every measurement vector (one finite float vector per strategy block). Files of the first
 format, which held only the optimiser's seed, are refused in one line. Measuring and reconstructing
 need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
 """
