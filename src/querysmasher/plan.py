@@ -208,13 +208,12 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         put(g, "rotation", mech.rotation)
 
 
-MECHANISM_KINDS = ("kron", "dense", "fourier", "lowrank")
-
-
 def _mechanism_arrays(g, kind: str, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """The stored arrays of a mechanism, each checked for its shape (from ``sizes``) before it is
-    read, then for finite float entries (non-negative weights and eigenvalues)."""
+    read, then for finite float entries (non-negative weights and eigenvalues). A kind registered
+    by a plugin gets finite float arrays m0, m1, ... (its class checks their shapes)."""
     from . import h5read as r
+    from .solvers import ViewMechanism
 
     cells = math.prod(sizes)
     if kind == "kron":
@@ -223,8 +222,10 @@ def _mechanism_arrays(g, kind: str, sizes: tuple[int, ...]) -> tuple[np.ndarray,
         return (r.array(g, "m0", kind="f", shape=(cells, cells)),)
     if kind == "fourier":
         return (r.array(g, "m0", kind="f", shape=sizes, lo=0.0),)
-    s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
-    return r.array(g, "m0", kind="f", shape=(cells, len(s))), s
+    if kind == "lowrank":
+        s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
+        return r.array(g, "m0", kind="f", shape=(cells, len(s))), s
+    return tuple(r.array(g, f"m{i}", kind="f") for i in range(ViewMechanism.array_count(kind, sizes)))
 
 
 def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
@@ -235,9 +236,10 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     never measured: the caller re-derives it from the workload (:func:`load_plan` does, through
     :func:`querysmasher.queryfactor.rederive_solutions`)."""
     from . import h5read as r
+    from .mechanisms import MECHANISM_KINDS
     from .solvers import ViewMechanism
 
-    kind = r.text(g, "kind", choices=MECHANISM_KINDS)
+    kind = r.text(g, "kind", choices=tuple(MECHANISM_KINDS))
     storage = r.text(g, "storage", choices=("query-factor", "eigenpairs"), default="")
     stored = tuple(int(n) for n in r.array(g, "sizes", kind="i", ndim=1, lo=1))
     if sizes is not None and stored != tuple(sizes):
@@ -252,7 +254,10 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
         mats = _mechanism_arrays(g, kind, stored)
         rank = mats[1].shape[0] if kind == "lowrank" else 0
         rot = r.array(g, "rotation", kind="f", shape=(rank, rank)) if kind == "lowrank" and r.has(g, "rotation") else None
-        mechanism = ViewMechanism(kind, stored, mats, rotation=rot)
+        try:
+            mechanism = ViewMechanism(kind, stored, mats, rotation=rot)
+        except ValueError as exc:  # a plugin kind's own check of its arrays
+            raise r.bad(g, "kind", kind, f"its arrays do not form a mechanism ({exc})", attr=True) from None
     return ViewSolution(
         mechanism, r.number(g, "loss", lo=0.0), r.number(g, "lower_bound", lo=0.0),
         r.text(g, "solver"), r.text(g, "note"), r.number(g, "gap", nan=True, inf=True), L,
