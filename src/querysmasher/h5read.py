@@ -4,7 +4,7 @@ Every field a loader uses is read through one of these functions, which checks i
 shape and range before anything is derived from it, and raises the project's one error type,
 :class:`~querysmasher.errors.InputError`, naming the file, the field and the value:
 
-    plan file 'p.h5' field 'views/sigma2' nan: must be a number > 0 or inf (entry 3)
+    plan file 'p.h5' field 'views/sigma2' nan: must be a number, not NaN (entry 3)
 
 A dataset is never read before its declared shape is checked, and never when it declares more
 bytes than the file holds (a bit flipped in a dataspace can claim terabytes). h5py's own errors on
@@ -295,9 +295,9 @@ def array(parent, name: str, *, kind: str, shape: tuple | None = None, ndim: int
         values = np.asarray(ds[()])
     except READ_ERRORS as exc:
         raise missing(parent, name, f"cannot be read ({type(exc).__name__}: {exc})") from None
+    if kind == "i" and dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+        raise bad(parent, name, int(values.max()), "holds an integer too large")
     values = values.astype(np.int64 if kind == "i" else np.float64)
-    if kind == "i" and dtype.kind == "u" and np.any(values < 0):
-        raise bad(parent, name, "uint64 overflow", "holds integers too large")
     _check_entries(parent, name, values, lo=lo, hi=hi, positive=positive, finite=finite, nan=nan)
     return values
 
@@ -305,10 +305,10 @@ def array(parent, name: str, *, kind: str, shape: tuple | None = None, ndim: int
 def _check_entries(parent, name, values: np.ndarray, *, lo, hi, positive, finite, nan) -> None:
     flat = values.reshape(-1)
     checks = []
-    if values.dtype.kind == "f":
-        checks.append((np.isnan(flat), "must be a number, not NaN") if not nan else (np.zeros(flat.shape, bool), ""))
-        if finite:
-            checks.append((np.isinf(flat), "must be finite"))
+    if values.dtype.kind == "f" and not nan:
+        checks.append((np.isnan(flat), "must be a number, not NaN"))
+    if values.dtype.kind == "f" and finite:
+        checks.append((np.isinf(flat), "must be finite"))
     with np.errstate(invalid="ignore"):
         if positive:
             checks.append((flat <= 0, "must be > 0"))
@@ -320,8 +320,8 @@ def _check_entries(parent, name, values: np.ndarray, *, lo, hi, positive, finite
         where = np.flatnonzero(mask)
         if where.size:
             i = int(where[0])
-            index = np.unravel_index(i, values.shape) if values.ndim > 1 else i
-            raise bad(parent, name, flat[i].item(), f"{reason} (entry {index if values.ndim > 1 else i})")
+            index = tuple(int(k) for k in np.unravel_index(i, values.shape)) if values.ndim > 1 else i
+            raise bad(parent, name, flat[i].item(), f"{reason} (entry {index})")
 
 
 def strings(parent, name: str, *, length: int | None = None) -> list[str]:
