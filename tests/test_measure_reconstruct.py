@@ -83,8 +83,10 @@ def test_release_holds_no_true_count(small, tmp_path):
     with h5py.File(tmp_path / "m.h5") as f:
         assert not f.attrs["seeded"]
         assert set(f.keys()) == {"view_index", "offsets", "y"}
+        assert f.attrs["plan_sha256"] == plan_digest(tmp_path / "p.h5")  # the plan file's digest: no record enters it
         for name, value in f.attrs.items():
-            assert str(int(n)) not in str(value), f"attribute {name} mentions the record count"
+            if name != "plan_sha256":  # a hex digest holds any 3-digit string about once in 16 plans
+                assert str(int(n)) not in str(value), f"attribute {name} mentions the record count"
         y, offs = f["y"][()], f["offsets"][()]
         for k in range(len(offs) - 1):
             seg = y[offs[k]:offs[k + 1]]

@@ -69,7 +69,7 @@ def test_a_plan_whose_budget_was_raised_to_fit_still_passes_only_at_the_new_budg
     assert _measure(capsys, plan, data, tmp_path / "m.h5")[0] == 2
 
 
-@pytest.mark.parametrize("edit, needle", [("negative eigenvalue", "exceeds its budget"), ("nan", "NaN"), ("wrong shape", "shapes")])
+@pytest.mark.parametrize("edit, needle", [("negative eigenvalue", "exceeds its budget"), ("nan", "NaN"), ("wrong shape", "must have shape (4, 4)")])
 def test_an_edited_mechanism_is_charged_for_what_is_applied_or_refused(capsys, setup, edit, needle):
     tmp_path, data = setup
     plan = _plan(tmp_path, "qs", workload="marginal:2")

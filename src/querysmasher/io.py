@@ -148,30 +148,44 @@ def get_custom_queries(parent: h5py.Group) -> dict:
 
 
 def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
-    """Open a project file for reading, checking its kind and format version."""
+    """Open a project file for reading, checking its kind and format version (an InputError naming
+    the file otherwise, also when h5py cannot read its header)."""
+    from .h5read import READ_ERRORS, integer
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{kind} file", str(path), "does not exist")
     try:
         f = h5py.File(path, "r")
-    except OSError as exc:
+    except READ_ERRORS as exc:
         raise InputError(f"{kind} file", str(path), f"is not a readable HDF5 file ({exc})") from None
-    found = f.attrs.get("kind")
-    if found != kind:
+    try:
+        try:
+            found = f.attrs.get("kind")
+        except READ_ERRORS as exc:
+            raise InputError(f"{kind} file", str(path), f"is corrupted: its 'kind' attribute cannot be read ({type(exc).__name__}: {exc})") from None
+        if not isinstance(found, str) or found != kind:
+            shown = found if isinstance(found, str) else type(found).__name__
+            raise InputError(f"{kind} file", str(path), f"holds a {shown!r}, not a {kind!r}")
+        version = integer(f, "format_version", default=-1)
+        if version != FORMAT_VERSION:
+            raise InputError(f"{kind} file", str(path), f"has format version {version}; this querysmasher reads {FORMAT_VERSION}")
+    except BaseException:
         f.close()
-        raise InputError(f"{kind} file", str(path), f"holds a {found!r}, not a {kind!r}")
-    version = int(f.attrs.get("format_version", -1))
-    if version != FORMAT_VERSION:
-        f.close()
-        raise InputError(f"{kind} file", str(path), f"has format version {version}; this querysmasher reads {FORMAT_VERSION}")
+        raise
     return f
 
 
 def read_kind(path: str | os.PathLike) -> str:
     """The ``kind`` attribute of a project file (an InputError for anything else)."""
+    from .h5read import READ_ERRORS
+
     try:
         with h5py.File(path, "r") as f:
-            return str(f.attrs["kind"])
-    except (OSError, KeyError) as exc:
+            kind = f.attrs["kind"]
+    except READ_ERRORS as exc:
         raise InputError("file", str(path), f"is not a querysmasher HDF5 file ({type(exc).__name__})") from None
+    if not isinstance(kind, str):
+        raise InputError("file", str(path), f"is not a querysmasher HDF5 file (its kind is a {type(kind).__name__}, not a string)")
+    return str(kind)
 

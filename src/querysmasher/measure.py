@@ -184,31 +184,42 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
             ds[offsets[pos]:offsets[pos + 1]] = y
 
 
+def _read_layout(f) -> tuple[np.ndarray, np.ndarray, "h5py.Dataset"]:
+    """(view_index, offsets, y) of a measurements file: integer vectors, offsets rising from 0 to
+    the length of the float vector y, one more offset than views."""
+    from . import h5read as r
+
+    index = r.array(f, "view_index", kind="i", ndim=1, lo=0)
+    offs = r.array(f, "offsets", kind="i", ndim=1)
+    y = r.child(f, "y", group=False)
+    length = y.shape[0] if y.shape is not None and len(y.shape) == 1 else -1
+    if length < 0:
+        raise r.bad(f, "y", f"shape {y.shape}", "must be a 1-D array")
+    if len(offs) != len(index) + 1 or offs[0] != 0 or offs[-1] != length or np.any(np.diff(offs) < 0):
+        raise r.bad(f, "offsets", offs[:8].tolist(), f"must hold one vector per measured view: offsets rising from 0 to the length of y ({length}), one more than view_index ({len(index)})")
+    return index, offs, y
+
+
 def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Plan | None = None) -> Measurements:
-    """Open a measurements file; with ``plan``, check that it holds one finite vector of the right
-    length for each of the plan's measured views (an InputError otherwise)."""
+    """Open a measurements file, every field checked (an InputError naming the field otherwise);
+    with ``plan``, also that it holds one finite float vector of the right length for each of the
+    plan's measured views, and nothing else."""
+    from . import h5read as r
     from .io import open_h5
 
-    with open_h5(path, "measurements") as f:
-        try:
-            digest = str(f.attrs["plan_sha256"])
-            if plan_sha256 is not None and digest != plan_sha256:
-                raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
-            offs = np.asarray(f["offsets"][()])
-            index, seeded = np.asarray(f["view_index"][()]), bool(f.attrs["seeded"])
-            length = f["y"].shape[0] if f["y"].ndim == 1 else -1
-            y, chunk = f["y"], 1 << 22  # checked in chunks: a release can be gigabytes
-            finite = plan is None or length < 0 or all(np.all(np.isfinite(y[lo:lo + chunk])) for lo in range(0, length, chunk))
-        except KeyError as exc:
-            raise InputError("measurements file", str(path), f"lacks {exc.args[0] if exc.args else 'a field'}") from None
-    if plan is not None:
-        idx = measured_views(plan)
-        # One vector per measured view, of the length its mechanism outputs (cells, or r for lowrank).
-        want = np.concatenate([[0], np.cumsum([plan.solutions[plan.keys[i]].mechanism.outputs for i in idx])]).astype(np.int64)
-        if index.shape != idx.shape or not np.array_equal(index, idx) or offs.shape != want.shape or not np.array_equal(offs, want) or length != want[-1]:
-            raise InputError("measurements file", str(path), "does not hold one vector per measured view of the plan (view_index/offsets/y disagree)")
-        if not finite:
-            raise InputError("measurements file", str(path), "holds NaN or infinite values")
+    with open_h5(path, "measurements") as f, r.h5py_errors(path, "measurements file"):
+        digest = r.text(f, "plan_sha256")
+        if plan_sha256 is not None and digest != plan_sha256:
+            raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
+        seeded = r.flag(f, "seeded")
+        index, offs, _ = _read_layout(f)
+        if plan is not None:
+            idx = measured_views(plan)
+            # One vector per measured view, of the length its mechanism outputs (cells, or r for lowrank).
+            want = np.concatenate([[0], np.cumsum([plan.solutions[plan.keys[i]].mechanism.outputs for i in idx])]).astype(np.int64)
+            if index.shape != idx.shape or not np.array_equal(index, idx) or offs.shape != want.shape or not np.array_equal(offs, want):
+                raise InputError("measurements file", str(path), "does not hold one vector per measured view of the plan (view_index/offsets/y disagree)")
+            r.finite_vector(f, "y", int(want[-1]))
     return Measurements(index, _Segments(path, offs), seeded, digest)
 
 
@@ -219,8 +230,7 @@ def check_plan(plan) -> float:
     from .hdmm.plan import HDMMPlan
 
     if isinstance(plan, HDMMPlan):
-        check_measurable(plan)  # the full data vector must fit
-        return float("nan")
+        return check_measurable(plan)  # the full data vector must fit, and the recomputed cost the budget
     return check_budget(plan)
 
 

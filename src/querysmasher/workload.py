@@ -217,8 +217,10 @@ def _parse_term(text: str, fail: _Fail, schema: Schema) -> FamilyTerm:
     if m.group("opts"):
         for opt in m.group("opts").split(","):
             key, _, val = opt.partition("=")
-            if family != "random" or key.strip() != "seed" or not val.strip().lstrip("-").isdigit():
+            if family != "random" or key.strip() != "seed":
                 raise fail(f"option {opt!r} is not allowed for {family} (random takes seed=INT)")
+            if not val.strip().isdigit():
+                raise fail(f"option {opt!r}: the seed must be an integer >= 0")
             seed = int(val)
     body = m.group("body").strip()
     weight = _parse_weight(m.group("weight"), fail) if m.group("weight") else 1.0
@@ -302,8 +304,8 @@ def _file_term(entry: object, where: str, base: Path) -> str:
     opts = ""
     if "seed" in options:
         seed = options["seed"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise fail(f"option seed {seed!r} must be an integer")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise fail(f"option seed {seed!r} must be an integer >= 0")
         opts = f"[seed={seed}]"
     k = entry.get("k", entry.get("K"))
     attrs = entry.get("attributes")

@@ -9,10 +9,14 @@ rebuilds each strategy, checks that it is a valid strategy at privacy cost 1 (Ga
 with max diagonal 1, unit diagonals and orthogonal blocks in a union; Laplace: non-negative factors
 whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every group's expected error from the stored strategy and refuses the file
 unless they equal the recorded ones (relative ``VERIFY_RTOL``: the recomputation runs eigen-
-decompositions, whose rounding differs across BLAS builds far below that); the winner must be a
-known template whose recorded candidate error is the plan's and no lower than any other candidate's.
-Files of earlier formats (1: only the optimiser's seed; 2: the strategy under the old optimiser
-names, without the template search) are refused in one line. Measuring and reconstructing
+decompositions, whose rounding differs across BLAS builds far below that; a strategy accepted
+within that tolerance above cost 1 is released with noise calibrated to its recomputed cost,
+:func:`.plan.noise_cost`, never above the budget); the winner must be a known template whose
+recorded candidate error is the plan's and no lower than any other candidate's. Every stored field is read through
+:mod:`querysmasher.h5read`, its type, shape and range checked against the schema before it is
+used, and so is every measurement vector (one finite float vector per strategy block). Files of earlier
+formats (1: only the optimiser's seed; 2: the strategy under the old optimiser names, without the
+template search) are refused in one line. Measuring and reconstructing
 need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
 """
 
@@ -23,15 +27,16 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from .. import h5read as r
 from ..accounting import Budget
 from ..data import Records
 from ..errors import InputError
-from ..io import atomic_h5, get_json, new_group, open_h5, put, put_json
-from ..schema import Schema
+from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..schema import Schema, check_attribute_sizes
 from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, check_domain, hdmm_measure, hdmm_reconstruct
+from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, check_domain, check_hdmm_budget, hdmm_measure, hdmm_reconstruct
 
 __all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
 
@@ -53,18 +58,43 @@ def _put_strategy(g: h5py.Group, s: KronStrategy | LaplaceStrategy) -> None:
             put(a, str(h), m)
 
 
-def _get_strategy(g: h5py.Group, noise: str) -> KronStrategy | LaplaceStrategy:
-    sizes = tuple(int(n) for n in g["sizes"][()])
-    mats = g["mats"]
-    factors = tuple(tuple(np.asarray(mats[str(i)][str(h)][()], dtype=float) for h in range(len(mats[str(i)]))) for i in range(len(mats)))
-    index, weights = np.asarray(g["index"][()], dtype=np.int64), np.asarray(g["weights"][()], dtype=float)
-    if str(g.attrs["factors"]) != ("rows" if noise == "laplace" else "gram"):
-        raise ValueError(f"{g.attrs['factors']} factors in a {noise} plan")
-    if noise == "laplace":
-        return LaplaceStrategy(sizes, factors, index, weights)
-    if len(factors) != len(sizes) or any(m.shape != (n, n) for fs, n in zip(factors, sizes) for m in fs):
-        raise ValueError("factor shapes do not match the schema")
-    return KronStrategy(sizes, factors, index, weights)
+def _indexed_members(group, what: str) -> list[str]:
+    """The members of a group named "0", "1", ..., in order (at least one)."""
+    names = r.members(group)
+    want = [str(i) for i in range(len(names))]
+    if not names or sorted(names, key=lambda n: (len(n), n)) != want:
+        raise r.bad(group, "", sorted(names)[:5], f"must hold {what} named 0, 1, ...")
+    return want
+
+
+def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | LaplaceStrategy:
+    """The stored strategy, every field checked against the schema before it is read: sizes (the
+    schema's, or the full domain for explicit OPT_0), one factor list per attribute, factor shapes,
+    finite entries, a block index into the factor lists, positive (Laplace: non-negative) weights."""
+    laplace = noise == "laplace"
+    r.text(g, "factors", choices=("rows",) if laplace else ("gram",))
+    sizes = tuple(int(n) for n in r.array(g, "sizes", kind="i", ndim=1, lo=1))
+    cells = schema.domain_cells()
+    if sizes != schema.sizes and sizes != (cells,):
+        raise r.bad(g, "sizes", list(sizes), f"must be the schema's sizes {list(schema.sizes)} or the full domain [{cells}]")
+    mats = r.child(g, "mats", group=True)
+    if len(_indexed_members(mats, "one factor list per attribute")) != len(sizes):
+        raise r.bad(mats, "", len(r.members(mats)), f"must hold one factor list per attribute ({len(sizes)})")
+    factors = []
+    for i, n in enumerate(sizes):
+        a = r.child(mats, str(i), group=True)
+        factors.append(tuple(r.array(a, h, kind="f", shape=(None, n) if laplace else (n, n)) for h in _indexed_members(a, "factors")))
+    index = r.array(g, "index", kind="i", shape=(None, len(sizes)), lo=0)
+    for i, fs in enumerate(factors):
+        if index.size and index[:, i].max() >= len(fs):
+            raise r.bad(g, "index", int(index[:, i].max()), f"attribute {i} has {len(fs)} factors")
+    weights = r.array(g, "weights", kind="f", shape=(index.shape[0],), lo=0.0, positive=not laplace)
+    if not len(weights):
+        raise r.bad(g, "weights", [], "a strategy has at least one block")
+    try:
+        return LaplaceStrategy(sizes, tuple(factors), index, weights) if laplace else KronStrategy(sizes, tuple(factors), index, weights)
+    except ValueError as exc:
+        raise r.bad(g, "mats", g.name, f"is not a valid strategy: {exc}") from None
 
 
 def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
@@ -125,39 +155,63 @@ def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strateg
     return HDMMGroup(views, strategy, error)
 
 
+def _read_budget(f, noise: str) -> Budget | PureBudget:
+    b = r.json_attr(f, "budget")
+    if set(b) != ({"epsilon"} if noise == "laplace" else {"beta", "source", "delta"}):
+        raise r.bad(f, "budget", sorted(b), f"does not fit noise {noise!r}", attr=True)
+    if noise == "laplace":
+        return PureBudget(float(r.json_number(f, "budget", b, "epsilon", positive=True)))
+    return Budget(float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
+                  float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)))
+
+
+def _read_run(f) -> dict:
+    """The template search's record (templates, winner, candidates) and the run's seed, restarts,
+    seconds and notes, every field checked."""
+    templates = r.json_attr(f, "templates", list)
+    if not templates or any(not isinstance(t, str) or t not in TEMPLATES for t in templates) or len(set(templates)) != len(templates):
+        raise r.bad(f, "templates", templates, f"must be a non-empty list of distinct templates from {', '.join(TEMPLATES)}", attr=True)
+    stored = r.json_attr(f, "candidates")
+    candidates = {}
+    for name in sorted(stored, key=lambda k: TEMPLATES.index(k) if k in TEMPLATES else len(TEMPLATES)):  # the search's order
+        if name not in templates:
+            raise r.bad(f, "candidates", sorted(stored), f"has a candidate {name!r} that is not among the requested templates {templates}", attr=True)
+        c = stored[name]
+        if not isinstance(c, dict):
+            raise r.bad(f, "candidates", c, f"candidate {name!r} must be an object with total_variance and seconds", attr=True)
+        candidates[name] = Candidate(float(r.json_number(f, "candidates", c, "total_variance", lo=0)), float(r.json_number(f, "candidates", c, "seconds", lo=0)))
+    notes = r.json_attr(f, "notes", list)
+    if not all(isinstance(n, str) for n in notes):
+        raise r.bad(f, "notes", notes, "must be a list of strings", attr=True)
+    return {"template": r.text(f, "template"), "candidates": candidates, "templates": tuple(templates),
+            "seed": r.integer(f, "seed"), "restarts": r.integer(f, "restarts", lo=0), "seconds": r.number(f, "seconds", lo=0.0), "notes": list(notes)}
+
+
 def load_hdmm_plan(path: str | Path) -> HDMMPlan:
-    """The stored strategy, verified (privacy cost 1 per group, expected errors recomputed); never re-optimised."""
-    with open_h5(path, "hdmm-plan") as f:
-        version = int(f.attrs.get("hdmm_plan_format", 1))
+    """The stored strategy, every field checked (an InputError naming it otherwise), then verified
+    (privacy cost 1 per group, expected errors recomputed); never re-optimised."""
+    with open_h5(path, "hdmm-plan") as f, r.h5py_errors(path, "hdmm plan file"):
+        version = r.integer(f, "hdmm_plan_format", default=1)
         if version != HDMM_PLAN_FORMAT:
             held = "does not store the strategy" if version == 1 else "does not record the template search"
             raise _refuse(path, f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
-        schema = Schema.from_dict(get_json(f, "schema"))
-        workload = parse_workload(str(f.attrs["workload"]), schema)
-        b, noise = get_json(f, "budget"), str(f.attrs["noise"])
-        if noise not in ("gaussian", "laplace"):
-            raise _refuse(path, f"has noise {noise!r}, not 'gaussian' or 'laplace'")
-        if set(b) != ({"epsilon"} if noise == "laplace" else {"beta", "source", "delta"}):
-            raise _refuse(path, f"budget {sorted(b)} does not fit noise {noise!r}")
-        budget = PureBudget(float(b["epsilon"])) if noise == "laplace" else Budget(b["beta"], b["source"], b["delta"])
+        schema = r.read_schema(f)
+        check_attribute_sizes(schema)  # every attribute gets n x n matrices below, used or not
+        workload = parse_workload(r.text(f, "workload"), schema)
+        noise = r.text(f, "noise", choices=("gaussian", "laplace"))
+        budget = _read_budget(f, noise)
         implicit = ImplicitWorkload.from_workload(workload)
-        stored = f["groups"]
-        several = len(stored) > 1
+        stored = r.child(f, "groups", group=True)
+        names = _indexed_members(stored, "one group per strategy")
         groups = []
-        for gi in range(len(stored)):
-            g = stored[str(gi)]
-            try:
-                strategy = _get_strategy(g["strategy"], noise)
-            except (ValueError, KeyError, IndexError) as exc:
-                raise _refuse(path, f"group {gi} does not hold a valid strategy ({exc})") from None
-            groups.append(_verified_group(path, implicit, np.asarray(g["views"][()], dtype=np.int64), strategy, several, float(g.attrs["error"])))
-        template, templates = str(f.attrs["template"]), tuple(get_json(f, "templates"))
-        candidates = _candidates(path, get_json(f, "candidates"), templates)
-        plan = HDMMPlan(
-            schema, workload, budget, template, tuple(groups), candidates, templates, int(f.attrs["seed"]), int(f.attrs["restarts"]),
-            float(f.attrs["seconds"]), list(get_json(f, "notes")),
-        )
-        recorded = float(f.attrs["total_variance"])
+        for gi in names:
+            g = r.child(stored, gi, group=True)
+            strategy = _get_strategy(r.child(g, "strategy", group=True), noise, schema)
+            views = r.array(g, "views", kind="i", ndim=1, lo=0, hi=len(implicit) - 1)
+            groups.append(_verified_group(path, implicit, views, strategy, len(names) > 1, r.number(g, "error", lo=0.0)))
+        run = _read_run(f)
+        plan = HDMMPlan(schema, workload, budget, run.pop("template"), tuple(groups), **run)
+        recorded = r.number(f, "total_variance", lo=0.0)
     covered = np.sort(np.concatenate([g.views for g in plan.groups]))
     if not np.array_equal(covered, np.arange(len(workload.views))):
         raise _refuse(path, "its groups do not answer every workload view exactly once")
@@ -165,23 +219,6 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         raise _refuse(path, f"total variance {plan.total_variance!r} differs from the recorded {recorded!r}")
     _check_winner(path, plan)
     return plan
-
-
-def _candidates(path, stored: dict, templates: tuple[str, ...]) -> dict[str, Candidate]:
-    """The recorded candidates, each a requested template with a finite total variance."""
-    if not templates or any(t not in TEMPLATES for t in templates):
-        raise _refuse(path, f"requests templates {list(templates)}, not a non-empty list from {', '.join(TEMPLATES)}")
-    out = {}
-    for name, c in sorted(stored.items(), key=lambda kv: TEMPLATES.index(kv[0]) if kv[0] in TEMPLATES else len(TEMPLATES)):  # the search's order
-        if name not in templates:
-            raise _refuse(path, f"has a candidate {name!r} that is not among its requested templates {list(templates)}")
-        try:
-            out[name] = Candidate(float(c["total_variance"]), float(c["seconds"]))
-        except (TypeError, KeyError, ValueError):
-            raise _refuse(path, f"candidate {name!r} has no total variance and seconds") from None
-        if not np.isfinite(out[name].total_variance):
-            raise _refuse(path, f"candidate {name!r} has total variance {out[name].total_variance!r}")
-    return out
 
 
 def _check_winner(path, plan: HDMMPlan) -> None:
@@ -196,9 +233,12 @@ def _check_winner(path, plan: HDMMPlan) -> None:
         raise _refuse(path, f"template {plan.template!r} is not the best candidate ({lower[0]!r} is lower)")
 
 
-def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
-    """Raise the one-line InputError when the full data vector would not fit (HDMM's real limit)."""
+def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -> float:
+    """Raise the one-line InputError when the full data vector would not fit (HDMM's real limit),
+    or when the plan's privacy cost, recomputed from the operators measure applies, exceeds its
+    budget (:func:`~.plan.check_hdmm_budget`); returns that cost."""
     check_domain(plan, max_domain_cells)
+    return check_hdmm_budget(plan)
 
 
 def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.ndarray:
@@ -223,13 +263,29 @@ def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng, path: str | Path
                 put(g, str(bi), y)
 
 
+def _read_measurements(f, plan: HDMMPlan) -> HDMMMeasurements:
+    """Per group of the plan, one finite float vector per strategy block, of the block's length."""
+    groups = r.child(f, "groups", group=True)
+    if len(_indexed_members(groups, "one group of measurements per strategy group")) != len(plan.groups):
+        raise r.bad(groups, "", len(r.members(groups)), f"must hold one group per strategy group of the plan ({len(plan.groups)})")
+    y = []
+    for gi, grp in enumerate(plan.groups):
+        g = r.child(groups, str(gi), group=True)
+        rows = grp.strategy.block_rows()
+        if len(_indexed_members(g, "one vector per strategy block")) != len(rows):
+            raise r.bad(g, "", len(r.members(g)), f"must hold one vector per block of the group's strategy ({len(rows)})")
+        y.append(tuple(np.asarray(r.finite_vector(g, str(b), n)[()], dtype=np.float64) for b, n in enumerate(rows)))
+    return HDMMMeasurements(tuple(y))
+
+
 def reconstruct_hdmm_to_file(plan: HDMMPlan, measurements: str | Path, out: str | Path, plan_sha256: str) -> dict:
-    with open_h5(measurements, "measurements") as f:
-        if str(f.attrs["plan_sha256"]) != plan_sha256:
+    """Answers from an HDMM release, every measurement checked against the plan's strategies."""
+    check_domain(plan, MAX_DOMAIN_CELLS)  # before any vector is read
+    with open_h5(measurements, "measurements") as f, r.h5py_errors(measurements, "measurements file"):
+        if r.text(f, "plan_sha256") != plan_sha256:
             raise InputError("measurements file", str(measurements), "was made with a different plan (plan_sha256 differs)")
-        groups = f["groups"]
-        y = tuple(tuple(groups[str(gi)][str(bi)][()] for bi in range(len(groups[str(gi)]))) for gi in range(len(groups)))
-    answers = hdmm_reconstruct(plan, HDMMMeasurements(y))
+        meas = _read_measurements(f, plan)
+    answers = hdmm_reconstruct(plan, meas)
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
     with atomic_h5(out, kind="answers") as f:
         f.attrs["workload"] = plan.workload.spec

@@ -179,6 +179,18 @@ class KronStrategy:
         """max diag(X) = Σ_b κ_b (see the module docstring)."""
         return float(self.weights.sum())
 
+    def applied_cost(self) -> float:
+        """Privacy cost at unit noise of what :meth:`measure` applies, A_b = κ_b^½ ⊗_i R_i with R_i
+        the (eigen-truncated) square root of each stored factor, recomputed from those roots:
+        Σ_b κ_b ∏_i max diag(R_i^T R_i), at least max diag(Σ_b A_b^T A_b) whatever the stored
+        factors' diagonals (:meth:`privacy_cost` assumes them exact)."""
+        diag = [[float(np.einsum("ij,ij->j", root, root).max(initial=0.0)) for root, _ in fs] for fs in self._roots]
+        return float(sum(w * math.prod(diag[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights)))
+
+    def block_rows(self) -> list[int]:
+        """Length of each block's measured vector (every factor's root is square)."""
+        return [math.prod(self.sizes)] * len(self.weights)
+
     def _tables(self, workload: ImplicitWorkload) -> list[np.ndarray]:
         """Per attribute i: T_i[f, h] = tr(G_{i,f} M_{i,h}^+)."""
         out = []

@@ -25,6 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from ..accounting import PureBudget  # re-exported: the budget of Laplace plans
+from ..allocation import BUDGET_MARGIN
 from ..errors import InputError
 from ..linalg import centering, kron_apply, kron_dense
 from .implicit import TOTAL, ImplicitWorkload, KronStrategy
@@ -75,6 +76,17 @@ class LaplaceStrategy:
     def sensitivity(self) -> float:
         """||A||_1: every column has L1 norm Σ_b θ_b (see the class docstring)."""
         return float(self.weights.sum())
+
+    def applied_sensitivity(self) -> float:
+        """L1 sensitivity of what :meth:`answer` applies, recomputed from the stored factors:
+        Σ_b |θ_b| ∏_i (largest column L1 norm of factor i), at least ||A||_1 whatever the columns'
+        stored norms (:meth:`sensitivity` assumes them exactly 1)."""
+        norms = [[float(np.abs(f).sum(axis=0).max(initial=0.0)) for f in fs] for fs in self.factors]
+        return float(sum(abs(w) * math.prod(norms[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights)))
+
+    def block_rows(self) -> list[int]:
+        """Length of each block's answer vector."""
+        return [math.prod(self.factors[i][h].shape[0] for i, h in enumerate(row)) for row in self.index]
 
     @cached_property
     def gram(self) -> KronStrategy:
@@ -145,6 +157,6 @@ def laplace_allocation(errors, sensitivities, epsilon: float) -> LaplaceAllocati
     roots = np.cbrt(e)
     total = float(roots.sum())
     shares = roots / total if total > 0 else np.full(e.shape, 1.0 / len(e))
-    shares = shares / max(1.0, float(shares.sum()) * (1 + 1e-15))  # rounding must never overspend
+    shares = shares / max(1.0, float(shares.sum())) * (1 - BUDGET_MARGIN)  # rounding must never overspend
     scales = np.asarray(sensitivities, dtype=float) / (shares * epsilon)
     return LaplaceAllocation(shares, scales, float(np.sum(2 * e * (scales / np.asarray(sensitivities)) ** 2)), epsilon)

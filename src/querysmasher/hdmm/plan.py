@@ -36,6 +36,12 @@ diagonal of Σ_g X_g / σ_g^2 is constant) and give a total variance (Σ_g sqrt(
 sensitivity 1 with error E_g, ε_g ∝ E_g^(1/3) and the total variance is 2 (Σ_g E_g^(1/3))^3 / ε^2
 (:func:`.laplace.laplace_allocation`).
 
+The noise is calibrated to each group's cost recomputed from the operator measure applies
+(:func:`noise_cost`: never below the stated cost 1, or sensitivity), and measure re-checks the
+plan's total cost against its budget with no tolerance (:func:`check_hdmm_budget`), as it does for
+residual plans: a strategy loaded from a file within the verification tolerance of cost 1 is never
+released above the budget.
+
 Measure and reconstruct work on the full data vector, HDMM's real limit: above ``max_domain_cells``
 they raise an InputError, while the expected error is still computed implicitly.
 
@@ -70,6 +76,7 @@ from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_k
 __all__ = [
     "HDMMGroup", "HDMMPlan", "HDMMMeasurements", "plan_hdmm", "hdmm_measure", "hdmm_reconstruct",
     "TEMPLATES", "DEFAULT_TEMPLATES", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
+    "noise_cost", "hdmm_privacy_cost", "check_hdmm_budget",
 ]
 
 TEMPLATES: tuple[str, ...] = ("kron", "plus-view", "plus-term", "marginal", "explicit")
@@ -145,10 +152,41 @@ class HDMMPlan(PredictedError):
         }
 
 
+def noise_cost(strategy: KronStrategy | LaplaceStrategy) -> float:
+    """The cost a group's noise is calibrated to: the stated one (privacy cost 1, or the L1
+    sensitivity Σ θ_b), or the one recomputed from the operator measure applies when that is larger
+    (a stored strategy within the verification tolerance of cost 1 is never released above it)."""
+    if isinstance(strategy, LaplaceStrategy):
+        return max(strategy.sensitivity(), strategy.applied_sensitivity())
+    return max(1.0, strategy.applied_cost())
+
+
 def _allocation(errors: list[float], strategies, budget: Budget | PureBudget) -> Allocation | LaplaceAllocation:
+    costs = [noise_cost(s) for s in strategies]
     if isinstance(budget, PureBudget):
-        return laplace_allocation(errors, [s.sensitivity() for s in strategies], budget.epsilon)
-    return allocate(errors, budget.beta)
+        return laplace_allocation(errors, costs, budget.epsilon)
+    return allocate(errors, budget.beta, costs)
+
+
+def hdmm_privacy_cost(plan: "HDMMPlan") -> float:
+    """The plan's privacy cost recomputed from the operators measure applies and the noise it adds:
+    Σ_g applied cost_g / σ_g² (β, add-remove) for Gaussian noise, Σ_g applied sensitivity_g / b_g
+    (ε) for Laplace noise."""
+    alloc = plan.allocation
+    if plan.noise == "laplace":
+        return float(sum(g.strategy.applied_sensitivity() / b for g, b in zip(plan.groups, alloc.scales)))
+    return float(sum(g.strategy.applied_cost() / s2 for g, s2 in zip(plan.groups, alloc.sigma2) if np.isfinite(s2)))
+
+
+def check_hdmm_budget(plan: "HDMMPlan") -> float:
+    """Refuse (InputError) a plan whose recomputed privacy cost exceeds its budget; return the cost.
+    No tolerance: the allocation leaves a relative 1e-10 of the budget unspent for rounding."""
+    cost = hdmm_privacy_cost(plan)
+    limit = plan.budget.epsilon if plan.noise == "laplace" else plan.budget.beta
+    if not cost <= limit:
+        what = "epsilon" if plan.noise == "laplace" else "beta"
+        raise InputError("hdmm plan privacy cost", cost, f"exceeds its budget {what} {limit!r}: the plan file is stale or edited; refusing to measure")
+    return cost
 
 
 def _group(implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy | LaplaceStrategy) -> HDMMGroup:
@@ -339,6 +377,7 @@ def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cel
     plan's budget. ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
     (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
     cells = check_domain(plan, max_domain_cells)
+    check_hdmm_budget(plan)
     x = np.asarray(x_full, dtype=float)
     if x.shape != (cells,):
         raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
@@ -346,7 +385,7 @@ def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cel
     if plan.noise == "laplace":
         alloc = plan.allocation
         return HDMMMeasurements(tuple(
-            tuple(noise.add_laplace(y, b, g.strategy.sensitivity()) for y in g.strategy.answer(x))
+            tuple(noise.add_laplace(y, b, noise_cost(g.strategy)) for y in g.strategy.answer(x))
             for g, b in zip(plan.groups, alloc.scales)
         ))
     sigma2 = plan.allocation.sigma2

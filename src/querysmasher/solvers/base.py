@@ -27,7 +27,7 @@ from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, pinv_psd  # pinv_psd: re-exported, solvers import it from here
 from ..mechanisms import ViewMechanism, prime_eigh  # re-exported: the solver contract's mechanism type
 
-__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "pinv_psd", "prime_eigh"]
+__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "check_target_gap", "mechanism_loss", "pinv_psd", "prime_eigh"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +59,13 @@ class ViewSolver(Protocol):
     name: str
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution: ...
+
+
+def check_target_gap(target_gap) -> float:
+    """A relative duality gap to certify: a number in (0, 1) (a ValueError otherwise)."""
+    if isinstance(target_gap, bool) or not isinstance(target_gap, (int, float)) or not 0 < target_gap < 1:
+        raise ValueError(f"target_gap must be a number in (0, 1), not {target_gap!r}")
+    return float(target_gap)
 
 
 def mechanism_loss(gram: SubworkloadGram, store: MatrixStore, mech: ViewMechanism) -> float:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate
-from .base import ViewMechanism, ViewSolution, prime_eigh
+from .base import ViewMechanism, ViewSolution, check_target_gap, prime_eigh
 from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_weights_1d
 from .sdp import solve_dense, solve_factored
 
@@ -78,10 +78,14 @@ class QSSolver:
         """``lowrank``: "auto" (factored solve when rank <= c/2), "always" or "never" (tests, benchmarks)."""
         if lowrank not in ("auto", "always", "never"):
             raise ValueError(f"lowrank must be auto, always or never, not {lowrank!r}")
-        self.target_gap = float(target_gap)
+        self.target_gap = check_target_gap(target_gap)
+        if max_dense_cells is not None and (isinstance(max_dense_cells, bool) or not isinstance(max_dense_cells, (int, np.integer)) or max_dense_cells < 1):
+            raise ValueError(f"max_dense_cells must be an integer >= 1, not {max_dense_cells!r}")
         self.max_dense_cells = None if max_dense_cells is None else int(max_dense_cells)
         if memory_budget_mb is None:
             memory_budget_mb = DEFAULT_MEMORY_FRACTION * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        if isinstance(memory_budget_mb, bool) or not isinstance(memory_budget_mb, (int, float)) or not (math.isfinite(memory_budget_mb) and memory_budget_mb > 0):
+            raise ValueError(f"memory_budget_mb must be a finite number > 0, not {memory_budget_mb!r}")
         self.memory_budget_mb = float(memory_budget_mb)
         self.lowrank = lowrank
         self._factors: dict[str, tuple[np.ndarray, float, float, str]] = {}

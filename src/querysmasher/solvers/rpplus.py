@@ -53,7 +53,7 @@ from ..decompose import Decomposition, SubworkloadGram, is_factor
 from ..errors import InputError
 from ..families import gram_1d
 from ..linalg import MatrixStore, centering, kron_apply
-from .base import ViewMechanism, ViewSolution, pinv_psd
+from .base import ViewMechanism, ViewSolution, check_target_gap, pinv_psd
 from .sdp import solve_dense
 
 __all__ = ["RPPlusSolver", "rpplus_factor", "BASIS_CHOICES"]
@@ -98,7 +98,7 @@ class RPPlusSolver:
         if basis not in BASIS_CHOICES:
             raise InputError("rpplus basis", basis, f"must be one of {BASIS_CHOICES}")
         self.basis = basis
-        self.target_gap = float(target_gap)
+        self.target_gap = check_target_gap(target_gap)
         self.factors: dict[int, np.ndarray] = {}  # attribute -> X_i (unit max diagonal)
         self._pinvs: dict[int, np.ndarray] = {}
 
