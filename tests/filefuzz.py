@@ -292,7 +292,7 @@ def hdmm_applied_cost(plan) -> float:
     released vector of the record in that cell (a unit data vector) through ``hdmm_measure`` with
     a recording noise source; Gaussian: max over cells of sum |A e|^2 / sigma^2 (beta, add-remove);
     Laplace: max over cells of sum |A e|_1 / b (epsilon)."""
-    from querysmasher.hdmm.plan import hdmm_measure
+    from querysmasher.hdmm.release import hdmm_measure
 
     cells = plan.schema.domain_cells()
     worst = 0.0

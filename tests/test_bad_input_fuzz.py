@@ -128,7 +128,7 @@ MEASURE = [
     ("domain not a mapping", lambda d, p, m, x, o: ["--domain", _csv(d, "d8.yaml", "- 1\n- 2\n")], "mapping"),
     ("plan not hdf5", lambda d, p, m, x, o: ["--plan", _csv(d, "plan.txt", "not a plan")], "HDF5"),
     ("plan missing", lambda d, p, m, x, o: ["--plan", str(d / "nope.h5")], "does not exist"),
-    ("plan of wrong kind", lambda d, p, m, x, o: ["--plan", str(m)], "not a 'plan'"),
+    ("plan of wrong kind", lambda d, p, m, x, o: ["--plan", str(m)], "holds a 'measurements', not a plan"),
     ("plan lacks sigma2", lambda d, p, m, x, o: ["--plan", _copy_plan(d, p, "e1.h5", lambda f: f["views"].__delitem__("sigma2"))], "field 'views/sigma2': is missing"),
     ("plan sigma -1%", lambda d, p, m, x, o: ["--plan", _copy_plan(d, p, "e2.h5", lambda f: _scale_sigma(f, 0.99))], "exceeds its budget"),
     ("plan sigma negative", lambda d, p, m, x, o: ["--plan", _copy_plan(d, p, "e3.h5", lambda f: _scale_sigma(f, -1.0))], "sigma2"),

@@ -144,6 +144,29 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     assert prints()[("decompose", None)] != last[("decompose", None)]
 
 
+def test_planning_fingerprints_exclude_the_release_code(tmp_path):
+    """Editing the release code (noise, records, measure, reconstruct, HDMM's release) re-runs no
+    planning job: every allocate and solve fingerprint stays; measure's changes (issue 20: the grid
+    re-ran every allocate and rpplus solve on such edits). A solver's edit changes only its solves."""
+    pkg = tmp_path / "querysmasher"
+    shutil.copytree(Path(fingerprint.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    keys = [("allocate", m) for m in ("qs", "rpplus", "hdmm", "mm")] + [("solve", m) for m in ("qs", "rpplus")] + [("measure", None)]
+
+    def prints():
+        return {k: fingerprint.library_fingerprint(*k, root=pkg) for k in keys}
+
+    base = prints()
+    for f in ("noise.py", "data.py", "measure.py", "reconstruct.py", "hdmm/release.py"):
+        (pkg / f).write_text((pkg / f).read_text() + "\n# edited\n")
+    after = prints()
+    assert after[("measure", None)] != base[("measure", None)]
+    assert {k: v for k, v in after.items() if k[0] != "measure"} == {k: v for k, v in base.items() if k[0] != "measure"}
+    (pkg / "solvers" / "rpplus.py").write_text((pkg / "solvers" / "rpplus.py").read_text() + "\n# edited\n")
+    last = prints()
+    assert last[("solve", "rpplus")] != after[("solve", "rpplus")]
+    assert all(last[k] == after[k] for k in keys if k != ("solve", "rpplus") and k[0] != "allocate")
+
+
 @pytest.mark.parametrize("stage, functions, libraries, not_functions", [
     ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
     ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.plan", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),

@@ -249,7 +249,7 @@ def save(obj, path) -> None:
     """Write a plan of any kind (``plan.h5``), Measurements (the release) or Answers to ``path``,
     in the same formats as the command line, atomically."""
     from .measure import plan_digest, save_measurements
-    from .planfiles import PLAN_FORMATS, save_any_plan
+    from .planfiles import is_plan, save_any_plan
 
     if isinstance(obj, Measurements):
         plan = getattr(obj, "plan", None)
@@ -259,7 +259,7 @@ def save(obj, path) -> None:
         save_measurements(path, plan, zip((int(i) for i in obj.view_index), obj.y), seeded=obj.seeded, plan_sha256=digest)
     elif isinstance(obj, Answers):
         obj.save(path)
-    elif any(isinstance(obj, k.plan_type) for k in PLAN_FORMATS.values()):
+    elif is_plan(obj):
         save_any_plan(obj, path)
         if isinstance(obj, Plan):
             obj._sha256 = plan_digest(path)
@@ -272,13 +272,14 @@ def load(path, *, plan=None):
     file), which must be the plan they were made with (checked by its digest when known)."""
     from .io import read_kind
     from .measure import load_measurements, plan_digest
-    from .planfiles import PLAN_FORMATS
+    from .planfiles import load_any_plan
+    from .plankinds import PLAN_KINDS
 
     if not Path(path).is_file():
         raise InputError("file", str(path), "does not exist")
     kind = read_kind(path)
-    if kind in PLAN_FORMATS:
-        p = _measurable(PLAN_FORMATS[kind].load(path))
+    if kind in PLAN_KINDS:
+        p = _measurable(load_any_plan(path))
         if isinstance(p, Plan):
             p._sha256 = plan_digest(path)
         return p

@@ -14,7 +14,6 @@ import logging
 import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 from .accounting import DEFAULT_REPORT_DELTA, Budget, PureBudget, make_budget
 from .atomic import check_output, terminate_as_exit
@@ -107,13 +106,6 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_plan(path: str):
-    """load_plan: it checks every field of the file (a malformed one is an InputError naming it)."""
-    from .plan import load_plan
-
-    return load_plan(path)
-
-
 def _solver_options(args: argparse.Namespace) -> dict:
     opts = {}
     if args.target_gap is not None:
@@ -188,50 +180,33 @@ def _plan(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace) -> int:
     from .data import load_records, warn_dropped
     from .h5read import probe
-    from .io import read_kind
-    from .measure import measure_iter, plan_digest, save_measurements
+    from .measure import check_plan, measure_plan_to_file, plan_digest
     from .noise import make_noise
+    from .planfiles import load_any_plan
     from .schema import parse_schema
 
     check_output(args.out, inputs=[args.plan, args.data, args.domain, args.schema])
     probe(args.plan, "--plan")  # HDF5 crashes or hangs on some corrupted files: a child reads it first
-
-    hdmm = Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan"
-    if hdmm:
-        from .hdmm.files import check_measurable, load_hdmm_plan
-
-        plan = load_hdmm_plan(args.plan)
-        check_measurable(plan)  # before any record is read
-    else:
-        from .measure import check_budget
-
-        plan = _load_plan(args.plan)
-        check_budget(plan)  # the privacy cost of what will be applied, before any record is read
+    plan = load_any_plan(args.plan)  # every field checked
+    check_plan(plan)  # the privacy cost of what will be applied, before any record is read
     noise = make_noise(args.seed, args.sampler)  # bad --seed/--sampler before any record is read
-    schema = plan.schema
     if args.schema:
         given = parse_schema(args.schema)
-        if given.names != schema.names or given.sizes != schema.sizes:
-            raise InputError("--schema", args.schema, f"does not match the plan's schema {schema.name!r}")
-    records = load_records(args.data, schema, domain_file=args.domain, on_invalid=args.on_invalid)
+        if given.names != plan.schema.names or given.sizes != plan.schema.sizes:
+            raise InputError("--schema", args.schema, f"does not match the plan's schema {plan.schema.name!r}")
+    records = load_records(args.data, plan.schema, domain_file=args.domain, on_invalid=args.on_invalid)
     warn_dropped(records)
-    seeded = noise.seeded
-    if seeded:
+    if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
-    if hdmm:
-        from .hdmm.files import measure_hdmm_to_file
-
-        measure_hdmm_to_file(plan, records, noise, args.out, seeded=seeded, plan_sha256=plan_digest(args.plan))
-    else:
-        save_measurements(args.out, plan, measure_iter(plan, records, noise), seeded=seeded, plan_sha256=plan_digest(args.plan), sampler=noise.sampler)
+    measure_plan_to_file(plan, records, noise, args.out, plan_sha256=plan_digest(args.plan))
     return 0
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
     from .h5read import probe
-    from .io import read_kind
-    from .measure import load_measurements, plan_digest
-    from .reconstruct import DEFAULT_MAX_ANSWERS, reconstruct, save_answers, write_csv_tables
+    from .measure import plan_digest
+    from .planfiles import load_any_plan
+    from .reconstruct import reconstruct_plan_to_file
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")
@@ -241,20 +216,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
         check_output(args.csv, "--csv", inputs=inputs + [args.out], folder=True)
     probe(args.plan, "--plan")  # HDF5 crashes or hangs on some corrupted files: a child reads them first
     probe(args.measurements, "--measurements")
-
-    if Path(args.plan).is_file() and read_kind(args.plan) == "hdmm-plan":
-        from .hdmm.files import load_hdmm_plan, reconstruct_hdmm_to_file
-
-        if args.csv:
-            raise InputError("--csv", args.csv, "hdmm answers have no per-view tables to write as CSV")
-        print(json.dumps(reconstruct_hdmm_to_file(load_hdmm_plan(args.plan), args.measurements, args.out, plan_digest(args.plan))))
-        return 0
-    plan = _load_plan(args.plan)
-    with load_measurements(args.measurements, plan_digest(args.plan), plan) as meas:
-        rec = reconstruct(plan, meas)
-        info = save_answers(args.out, rec, max_answers=DEFAULT_MAX_ANSWERS if args.max_answers is None else args.max_answers)
-        if args.csv:
-            write_csv_tables(args.csv, rec)
+    plan = load_any_plan(args.plan)
+    info = reconstruct_plan_to_file(plan, args.measurements, args.out, plan_sha256=plan_digest(args.plan), csv_dir=args.csv, max_answers=args.max_answers)
     print(json.dumps(info))
     return 0
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["READ_ERRORS", "PROBE_SECONDS", "probe", "bad", "missing", "raised_by_h5py", "h5py_errors", "child", "members", "text", "integer", "number",
+__all__ = ["READ_ERRORS", "PROBE_SECONDS", "probe", "bad", "missing", "raised_by_h5py", "h5py_errors", "child", "members", "indexed_members", "text", "integer", "number",
            "flag", "json_attr", "array", "strings", "has", "finite_vector", "custom_queries", "json_number", "json_text", "read_schema"]
 
 # What h5py raises from its C layer on corrupted metadata (and numpy/UTF-8 decoding on bad bytes).
@@ -143,6 +143,16 @@ def members(group) -> list[str]:
         return list(group.keys())
     except READ_ERRORS as exc:
         raise missing(group, "", f"cannot be listed ({type(exc).__name__}: {exc})") from None
+
+
+def indexed_members(group, what: str) -> list[str]:
+    """The members of a group named "0", "1", ..., in order (at least one); ``what`` says what
+    they hold, for the message."""
+    names = members(group)
+    want = [str(i) for i in range(len(names))]
+    if not names or sorted(names, key=lambda n: (len(n), n)) != want:
+        raise bad(group, "", sorted(names)[:5], f"must hold {what} named 0, 1, ...")
+    return want
 
 
 def _attr(obj, name: str, default=_MISSING):

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never
 log = logging.getLogger(__name__)
 
 __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "plan_digest", "make_rng",
-           "check_budget", "check_plan", "measure_plan_to_file"]
+           "check_budget", "check_plan", "measure_residual_to_file", "measure_plan_to_file"]
 
 
 def check_budget(plan: Plan) -> float:
@@ -224,23 +224,22 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Pl
 
 
 def check_plan(plan) -> float:
-    """The privacy re-check of a plan of any kind before any record is read (refused in one line
-    when it exceeds its budget or cannot be measured); returns the recomputed cost."""
-    from .hdmm.files import check_measurable
-    from .hdmm.plan import HDMMPlan
+    """The privacy re-check of a plan of any kind (:mod:`querysmasher.plankinds`) before any
+    record is read: refused in one line when it exceeds its budget or cannot be measured; returns
+    the recomputed cost."""
+    from .plankinds import kind_of
 
-    if isinstance(plan, HDMMPlan):
-        return check_measurable(plan)  # the full data vector must fit, and the recomputed cost the budget
-    return check_budget(plan)
+    return kind_of(plan).op("check")(plan)
+
+
+def measure_residual_to_file(plan: Plan, records: Records, noise: NoiseSource, out, *, plan_sha256: str) -> None:
+    """The measurements file of a residual plan (kind ``plan``): every measured view's noisy vector."""
+    save_measurements(out, plan, measure_iter(plan, records, noise), seeded=noise.seeded, plan_sha256=plan_sha256, sampler=noise.sampler)
 
 
 def measure_plan_to_file(plan, records: Records, noise: NoiseSource, out, *, plan_sha256: str) -> None:
-    """The measurements file of a plan of any kind (the plan checked first: :func:`check_plan`)."""
-    from .hdmm.files import measure_hdmm_to_file
-    from .hdmm.plan import HDMMPlan
+    """The measurements file of a plan of any kind, the plan checked first (:func:`check_plan`)."""
+    from .plankinds import kind_of
 
     check_plan(plan)
-    if isinstance(plan, HDMMPlan):
-        measure_hdmm_to_file(plan, records, noise, out, seeded=noise.seeded, plan_sha256=plan_sha256)
-    else:
-        save_measurements(out, plan, measure_iter(plan, records, noise), seeded=noise.seeded, plan_sha256=plan_sha256, sampler=noise.sampler)
+    kind_of(plan).op("measure_to_file")(plan, records, noise, out, plan_sha256=plan_sha256)

@@ -19,6 +19,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 import numpy as np
 
@@ -39,6 +40,7 @@ LAYOUTS: tuple[str, ...] = ("residual", "full-domain")
 class Plan(PredictedError):
     """Everything the measure and reconstruct stages need, plus the predicted error."""
 
+    file_kind: ClassVar[str] = "plan"  # its kind in querysmasher.plankinds (files, release stages)
     schema: Schema
     workload: Workload
     method: str

@@ -23,7 +23,6 @@ import numpy as np
 
 from .decompose import view_query_matrix
 from .families import query_matrix_1d
-from .errors import InputError
 from .fulldomain import is_full_domain_plan, marginalise
 from .linalg import kron_apply, single_threaded_blas
 from .logs import progress
@@ -35,7 +34,7 @@ from .workload import WorkloadView
 log = logging.getLogger(__name__)
 
 __all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS",
-           "reconstruct_plan_to_file", "has_per_view_tables", "released_answers"]
+           "reconstruct_residual_to_file", "residual_released_answers", "reconstruct_plan_to_file", "has_per_view_tables", "released_answers"]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -184,18 +183,12 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
     return [folder / t["file"] for t in index["tables"] if t["file"]]
 
 
-def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
-    """The answers file of a plan of any kind from its measurements file (checked against the plan:
-    its digest, one finite vector per measured view), plus per-view CSV tables in ``csv_dir``
-    where the plan has them."""
-    from .hdmm.files import reconstruct_hdmm_to_file
-    from .hdmm.plan import HDMMPlan
+def reconstruct_residual_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
+    """The answers file of a residual plan (kind ``plan``) from its measurements file (checked
+    against the plan: its digest, one finite vector per measured view), plus per-view CSV tables
+    in ``csv_dir``."""
     from .measure import load_measurements
 
-    if isinstance(plan, HDMMPlan):
-        if csv_dir:
-            raise InputError("--csv", str(csv_dir), "hdmm answers have no per-view tables to write as CSV")
-        return reconstruct_hdmm_to_file(plan, measurements, out, plan_sha256)
     with load_measurements(measurements, plan_sha256, plan) as meas:
         rec = reconstruct(plan, meas)
         info = save_answers(out, rec, max_answers=DEFAULT_MAX_ANSWERS if max_answers is None else int(max_answers))
@@ -204,26 +197,36 @@ def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_d
     return info
 
 
+def residual_released_answers(plan, answers_path):
+    """(workload view, released answers, variances) for every view of a residual plan, from its
+    answers file's tables one view at a time (bounded memory)."""
+    from .io import open_h5
+
+    with open_h5(answers_path, "answers") as f:
+        variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
+        offs, tables = f["views/table_offsets"][()], f["views/tables"]
+        for i, v in enumerate(plan.workload.views):
+            yield v, view_answers_from_table(plan, v, tables[int(offs[i]):int(offs[i + 1])]), variances(v)
+
+
+def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
+    """The answers file of a plan of any kind (:mod:`querysmasher.plankinds`) from its
+    measurements file, plus per-view CSV tables in ``csv_dir`` where the kind has them."""
+    from .plankinds import kind_of
+
+    return kind_of(plan).op("reconstruct_to_file")(plan, measurements, out, plan_sha256=plan_sha256, csv_dir=csv_dir, max_answers=max_answers)
+
+
 def has_per_view_tables(plan) -> bool:
     """Whether reconstructing ``plan`` gives per-view tables (HDMM's answers are per query only)."""
-    from .hdmm.plan import HDMMPlan
+    from .plankinds import kind_of
 
-    return not isinstance(plan, HDMMPlan)
+    return kind_of(plan).per_view_tables
 
 
 def released_answers(plan, answers_path):
     """(workload view, released answers, variances or None) for every view of a plan of any kind,
     read from its answers file one view at a time (bounded memory)."""
-    from .hdmm.plan import HDMMPlan
-    from .io import open_h5
+    from .plankinds import kind_of
 
-    with open_h5(answers_path, "answers") as f:
-        if isinstance(plan, HDMMPlan):  # HDMM's answers file holds the answers (no variances)
-            offs, answers = f["views/answer_offsets"][()], f["views/answers"]
-            for i, v in enumerate(plan.workload.views):
-                yield v, answers[int(offs[i]):int(offs[i + 1])], None
-            return
-        variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
-        offs, tables = f["views/table_offsets"][()], f["views/tables"]
-        for i, v in enumerate(plan.workload.views):
-            yield v, view_answers_from_table(plan, v, tables[int(offs[i]):int(offs[i + 1])]), variances(v)
+    return kind_of(plan).op("released_answers")(plan, answers_path)

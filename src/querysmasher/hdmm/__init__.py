@@ -9,7 +9,7 @@ not a per-view method), with Gaussian noise (zCDP) or Laplace noise (pure ε-DP,
 
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import DEFAULT_TEMPLATES, TEMPLATES, HDMMGroup, HDMMMeasurements, HDMMPlan, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from .plan import DEFAULT_TEMPLATES, TEMPLATES, HDMMGroup, HDMMPlan, plan_hdmm
 
 __all__ = [
     "ImplicitWorkload",
@@ -25,3 +25,15 @@ __all__ = [
     "hdmm_reconstruct",
     "plan_hdmm",
 ]
+
+
+_RELEASE_NAMES = ("HDMMMeasurements", "hdmm_measure", "hdmm_reconstruct")
+
+
+def __getattr__(name: str):
+    # the release code (noise, records) loads only when asked for, so planning never imports it
+    if name in _RELEASE_NAMES:
+        from . import release
+
+        return getattr(release, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

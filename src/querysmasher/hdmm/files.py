@@ -1,4 +1,4 @@
-"""HDMM plan, measurement and answer files, for the ``plan``/``measure``/``reconstruct`` commands.
+"""HDMM plan files: the stored strategy and template search, checked and verified on load.
 
 An HDMM plan file (format ``HDMM_PLAN_FORMAT``) stores the noise (``gaussian`` with its zCDP budget,
 or ``laplace`` with its pure ε), the template search (the templates requested, the winner, every
@@ -14,10 +14,10 @@ within that tolerance above cost 1 is released with noise calibrated to its reco
 :func:`.plan.noise_cost`, never above the budget); the winner must be a known template whose
 recorded candidate error is the plan's and no lower than any other candidate's. Every stored field is read through
 :mod:`querysmasher.h5read`, its type, shape and range checked against the schema before it is
-used, and so is every measurement vector (one finite float vector per strategy block). Files of earlier
+used. Files of earlier
 formats (1: only the optimiser's seed; 2: the strategy under the old optimiser names, without the
-template search) are refused in one line. Measuring and reconstructing
-need the full data vector, so they refuse domains above ``MAX_DOMAIN_CELLS``.
+template search) are refused in one line. Measuring and reconstructing live in
+:mod:`querysmasher.hdmm.release`, so planning never depends on the release code.
 """
 
 from __future__ import annotations
@@ -29,16 +29,15 @@ import numpy as np
 
 from .. import h5read as r
 from ..accounting import Budget
-from ..data import Records
 from ..errors import InputError
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..schema import Schema, check_attribute_sizes
 from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy, PureBudget
-from .plan import MAX_DOMAIN_CELLS, TEMPLATES, Candidate, HDMMGroup, HDMMMeasurements, HDMMPlan, check_domain, check_hdmm_budget, hdmm_measure, hdmm_reconstruct
+from .plan import TEMPLATES, Candidate, HDMMGroup, HDMMPlan
 
-__all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan", "check_measurable", "measure_hdmm_to_file", "reconstruct_hdmm_to_file"]
+__all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan"]
 
 HDMM_PLAN_FORMAT = 3  # 1: seed only, re-optimised on load; 2: the strategy itself; 3: and the template search
 VERIFY_RTOL = 1e-7
@@ -58,15 +57,6 @@ def _put_strategy(g: h5py.Group, s: KronStrategy | LaplaceStrategy) -> None:
             put(a, str(h), m)
 
 
-def _indexed_members(group, what: str) -> list[str]:
-    """The members of a group named "0", "1", ..., in order (at least one)."""
-    names = r.members(group)
-    want = [str(i) for i in range(len(names))]
-    if not names or sorted(names, key=lambda n: (len(n), n)) != want:
-        raise r.bad(group, "", sorted(names)[:5], f"must hold {what} named 0, 1, ...")
-    return want
-
-
 def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | LaplaceStrategy:
     """The stored strategy, every field checked against the schema before it is read: sizes (the
     schema's, or the full domain for explicit OPT_0), one factor list per attribute, factor shapes,
@@ -78,12 +68,12 @@ def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | L
     if sizes != schema.sizes and sizes != (cells,):
         raise r.bad(g, "sizes", list(sizes), f"must be the schema's sizes {list(schema.sizes)} or the full domain [{cells}]")
     mats = r.child(g, "mats", group=True)
-    if len(_indexed_members(mats, "one factor list per attribute")) != len(sizes):
+    if len(r.indexed_members(mats, "one factor list per attribute")) != len(sizes):
         raise r.bad(mats, "", len(r.members(mats)), f"must hold one factor list per attribute ({len(sizes)})")
     factors = []
     for i, n in enumerate(sizes):
         a = r.child(mats, str(i), group=True)
-        factors.append(tuple(r.array(a, h, kind="f", shape=(None, n) if laplace else (n, n)) for h in _indexed_members(a, "factors")))
+        factors.append(tuple(r.array(a, h, kind="f", shape=(None, n) if laplace else (n, n)) for h in r.indexed_members(a, "factors")))
     index = r.array(g, "index", kind="i", shape=(None, len(sizes)), lo=0)
     for i, fs in enumerate(factors):
         if index.size and index[:, i].max() >= len(fs):
@@ -202,7 +192,7 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         budget = _read_budget(f, noise)
         implicit = ImplicitWorkload.from_workload(workload)
         stored = r.child(f, "groups", group=True)
-        names = _indexed_members(stored, "one group per strategy")
+        names = r.indexed_members(stored, "one group per strategy")
         groups = []
         for gi in names:
             g = r.child(stored, gi, group=True)
@@ -231,68 +221,3 @@ def _check_winner(path, plan: HDMMPlan) -> None:
     lower = [k for k, c in plan.candidates.items() if c.total_variance < won.total_variance]
     if lower:
         raise _refuse(path, f"template {plan.template!r} is not the best candidate ({lower[0]!r} is lower)")
-
-
-def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -> float:
-    """Raise the one-line InputError when the full data vector would not fit (HDMM's real limit),
-    or when the plan's privacy cost, recomputed from the operators measure applies, exceeds its
-    budget (:func:`~.plan.check_hdmm_budget`); returns that cost."""
-    check_domain(plan, max_domain_cells)
-    return check_hdmm_budget(plan)
-
-
-def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.ndarray:
-    cells = check_domain(plan, max_domain_cells)  # refuse before allocating anything
-    flat = np.ravel_multi_index(tuple(records.codes[:, i] for i in range(len(plan.schema))), plan.schema.sizes)
-    return np.bincount(flat, minlength=cells).astype(float)
-
-
-def measure_hdmm_to_file(plan: HDMMPlan, records: Records, rng, path: str | Path, *, seeded: bool,
-                         plan_sha256: str, max_domain_cells: int = MAX_DOMAIN_CELLS) -> None:
-    """The release for an HDMM plan: each group's noisy strategy answers, nothing else."""
-    meas = hdmm_measure(plan, _full_vector(plan, records, max_domain_cells), rng, max_domain_cells=max_domain_cells)
-    with atomic_h5(path, kind="measurements") as f:
-        f.attrs["plan_sha256"] = plan_sha256
-        f.attrs["seeded"] = bool(seeded)
-        f.attrs["method"] = "hdmm"
-        put_json(f, "budget", plan.budget.to_dict())
-        groups = new_group(f, "groups")
-        for gi, blocks in enumerate(meas.y):
-            g = new_group(groups, str(gi))
-            for bi, y in enumerate(blocks):
-                put(g, str(bi), y)
-
-
-def _read_measurements(f, plan: HDMMPlan) -> HDMMMeasurements:
-    """Per group of the plan, one finite float vector per strategy block, of the block's length."""
-    groups = r.child(f, "groups", group=True)
-    if len(_indexed_members(groups, "one group of measurements per strategy group")) != len(plan.groups):
-        raise r.bad(groups, "", len(r.members(groups)), f"must hold one group per strategy group of the plan ({len(plan.groups)})")
-    y = []
-    for gi, grp in enumerate(plan.groups):
-        g = r.child(groups, str(gi), group=True)
-        rows = grp.strategy.block_rows()
-        if len(_indexed_members(g, "one vector per strategy block")) != len(rows):
-            raise r.bad(g, "", len(r.members(g)), f"must hold one vector per block of the group's strategy ({len(rows)})")
-        y.append(tuple(np.asarray(r.finite_vector(g, str(b), n)[()], dtype=np.float64) for b, n in enumerate(rows)))
-    return HDMMMeasurements(tuple(y))
-
-
-def reconstruct_hdmm_to_file(plan: HDMMPlan, measurements: str | Path, out: str | Path, plan_sha256: str) -> dict:
-    """Answers from an HDMM release, every measurement checked against the plan's strategies."""
-    check_domain(plan, MAX_DOMAIN_CELLS)  # before any vector is read
-    with open_h5(measurements, "measurements") as f, r.h5py_errors(measurements, "measurements file"):
-        if r.text(f, "plan_sha256") != plan_sha256:
-            raise InputError("measurements file", str(measurements), "was made with a different plan (plan_sha256 differs)")
-        meas = _read_measurements(f, plan)
-    answers = hdmm_reconstruct(plan, meas)
-    offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
-    with atomic_h5(out, kind="answers") as f:
-        f.attrs["workload"] = plan.workload.spec
-        f.attrs["method"] = "hdmm"
-        f.attrs["answers_written"] = True
-        put_json(f, "budget", plan.budget.to_dict())
-        g = new_group(f, "views")
-        put(g, "answer_offsets", offsets)
-        put(g, "answers", np.concatenate(answers) if answers else np.zeros(0))
-    return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}

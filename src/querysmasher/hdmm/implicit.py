@@ -233,16 +233,10 @@ class KronStrategy:
         """(M^½, (M^½)^+) of every distinct factor, computed once per strategy."""
         return tuple(tuple((sym_sqrt(m), sym_sqrt(m, -0.5)) for m in fs) for fs in self.mats)
 
-    def measure(self, x: np.ndarray, noise_sd: float, rng) -> tuple[np.ndarray, ...]:
-        """y_b = A_b x + N(0, noise_sd^2 I) with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X); ``rng`` is a
-        :class:`querysmasher.noise.NoiseSource` or a numpy generator."""
-        from ..noise import as_noise
-
-        noise, out = as_noise(rng), []
-        for row, w in zip(self.index, self.weights):
-            y = math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes)
-            out.append(noise.add_gaussian(y, noise_sd * noise_sd))
-        return tuple(out)
+    def answer(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A x, one vector per block, with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X); the release adds
+        the noise (:mod:`querysmasher.hdmm.release`)."""
+        return tuple(math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes) for row, w in zip(self.index, self.weights))
 
     def pinv_apply(self, v: np.ndarray) -> np.ndarray:
         """X^+ v = Σ_b κ_b^-1 ⊗_i M_i^+ v (the blocks are orthogonal)."""

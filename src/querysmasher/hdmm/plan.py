@@ -53,28 +53,26 @@ they raise an InputError, while the expected error is still computed implicitly.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..accounting import Budget
 from ..allocation import Allocation, PredictedError, allocate, rmse
 from ..errors import InputError
-from ..families import query_matrix_1d
-from ..linalg import kron_apply, single_threaded_blas
+from ..linalg import single_threaded_blas
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
 from . import optimize_laplace as l1
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget, laplace_allocation
-from ..noise import as_noise, make_noise
 from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_kron, opt_marginals, opt_plus
 
 __all__ = [
-    "HDMMGroup", "HDMMPlan", "HDMMMeasurements", "plan_hdmm", "hdmm_measure", "hdmm_reconstruct",
+    "HDMMGroup", "HDMMPlan", "plan_hdmm",
     "TEMPLATES", "DEFAULT_TEMPLATES", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
     "noise_cost", "hdmm_privacy_cost", "check_hdmm_budget",
 ]
@@ -107,6 +105,8 @@ class Candidate:
 class HDMMPlan(PredictedError):
     """The winning HDMM strategy, its noise scales and expected error, and every candidate's error."""
 
+    file_kind: ClassVar[str] = "hdmm-plan"  # its kind in querysmasher.plankinds (files, release stages)
+    method: ClassVar[str] = "hdmm"
     schema: Schema
     workload: Workload
     budget: Budget | PureBudget
@@ -352,13 +352,6 @@ def _cells_text(cells: int) -> str:
     return f"{cells:,}" if cells < 10**15 else f"~1e{len(str(cells)) - 1}"
 
 
-@dataclass(frozen=True, eq=False)
-class HDMMMeasurements:
-    """Noisy strategy answers: per group, one vector per Kronecker block."""
-
-    y: tuple[tuple[np.ndarray, ...], ...]
-
-
 def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
     """The domain's cell count, or the one-line InputError when the full data vector would exceed ``max_domain_cells``."""
     cells = plan.schema.domain_cells()
@@ -369,44 +362,6 @@ def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
             "its expected error is still available (plan.rmse)",
         )
     return cells
-
-
-def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> HDMMMeasurements:
-    """Answer every group's strategy on the full data vector (cells row-major in schema order) with
-    Gaussian noise of variance σ_g^2, or Laplace noise of scale b_g = ||A_g||_1 / ε_g, spending the
-    plan's budget. ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
-    (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
-    cells = check_domain(plan, max_domain_cells)
-    check_hdmm_budget(plan)
-    x = np.asarray(x_full, dtype=float)
-    if x.shape != (cells,):
-        raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
-    noise = make_noise() if rng is None else as_noise(rng)
-    if plan.noise == "laplace":
-        alloc = plan.allocation
-        return HDMMMeasurements(tuple(
-            tuple(noise.add_laplace(y, b, noise_cost(g.strategy)) for y in g.strategy.answer(x))
-            for g, b in zip(plan.groups, alloc.scales)
-        ))
-    sigma2 = plan.allocation.sigma2
-    return HDMMMeasurements(tuple(g.strategy.measure(x, math.sqrt(s2), noise) for g, s2 in zip(plan.groups, sigma2)))
-
-
-def hdmm_reconstruct(plan: HDMMPlan, meas: HDMMMeasurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> list[np.ndarray]:
-    """Workload answers, one array per workload view (in ``plan.workload.views`` order): each group's
-    least-squares estimate x̂_g = X_g^+ A_g^T y_g answers the views of that group (HDMM's OPT_+ error
-    model, which the plan predicts exactly; a joint estimate over all groups could only lower it)."""
-    check_domain(plan, max_domain_cells)
-    sizes = plan.schema.sizes
-    answers: list[np.ndarray | None] = [None] * len(plan.workload.views)
-    for g, y in zip(plan.groups, meas.y):
-        xhat = g.strategy.estimate(y).reshape(sizes)
-        for j in g.views:
-            v = plan.workload.views[j]
-            marg = xhat.sum(axis=tuple(i for i in range(len(sizes)) if i not in v.attrs)).ravel()
-            view_sizes = tuple(sizes[i] for i in v.attrs)
-            answers[j] = kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, view_sizes)], marg, view_sizes)
-    return answers
 
 
 class HDMMPlanner:

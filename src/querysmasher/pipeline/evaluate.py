@@ -41,7 +41,7 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
     solve phase sums every solve file the experiment uses, shared ones included). Plans of every
     kind (:mod:`querysmasher.planfiles`)."""
     from ..io import get_json, open_h5
-    from ..planfiles import PLAN_FORMATS, file_kind_of
+    from ..planfiles import file_kind_of, load_any_plan
 
     kind = file_kind_of(plan_path)
     with open_h5(plan_path, kind) as f:  # the summary stored at planning: nothing re-derived here
@@ -59,7 +59,7 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
         from ..data import marginal
         from ..reconstruct import released_answers, view_answers_from_table
 
-        plan = PLAN_FORMATS[kind].load(plan_path)
+        plan = load_any_plan(plan_path)
         records = load_dataset(source, plan.schema)
         sq = wsum = zsum = 0.0
         zn = 0
