@@ -37,7 +37,7 @@ def main() -> None:
     from querysmasher.data import validate_records
     from querysmasher.measure import make_rng, measure_iter, plan_digest, save_measurements
     from querysmasher.planning import make_plan
-    from querysmasher.plan import load_plan, save_plan
+    from querysmasher.planfile import load_plan, save_plan
     from querysmasher.reconstruct import reconstruct, save_answers
     from querysmasher.measure import load_measurements
     from querysmasher.schema import parse_schema

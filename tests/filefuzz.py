@@ -317,7 +317,7 @@ def applied_cost(plan_path: str, recorded_budget: dict) -> tuple[float, float]:
         plan = load_hdmm_plan(plan_path)
         laplace = plan.noise == "laplace"
         return hdmm_applied_cost(plan), float(recorded_budget["epsilon" if laplace else "beta"])
-    from querysmasher.plan import load_plan
+    from querysmasher.planfile import load_plan
 
     plan = load_plan(plan_path)
     return cost(applied_full_privacy_gram(plan), recorded_budget["neighbours"]), float(recorded_budget["beta"])

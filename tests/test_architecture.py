@@ -147,3 +147,11 @@ def test_no_module_imports_another_modules_private_names():
 @pytest.mark.parametrize("graph, cycles", [({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]), ({"a": {"b"}, "b": set()}, [])])
 def test_the_cycle_finder_finds_cycles(graph, cycles):
     assert _cycles(graph) == cycles
+
+
+def test_the_readme_layout_map_lists_every_module():
+    readme = (ROOT.parents[1] / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    missing = [m for m in _modules() if m and not re.search(rf"\b{re.escape(m.split('.')[-1])}\b", layout)]
+    assert not missing, f"README's layout map does not list {missing}"

@@ -123,7 +123,7 @@ def test_commands_round_trip_a_plan_with_lowrank_views(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from querysmasher.plan import load_plan
+    from querysmasher.planfile import load_plan
 
     data = tmp_path / "d.csv"
     pd.DataFrame(np.random.default_rng(0).integers(0, 6, (200, 2)), columns=["a0", "a1"]).to_csv(data, index=False)

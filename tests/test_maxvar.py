@@ -17,7 +17,7 @@ from querysmasher.errors import InputError
 from querysmasher.maxvar import query_classes
 from querysmasher.measure import measure
 from querysmasher.planning import make_plan
-from querysmasher.plan import load_plan, save_plan
+from querysmasher.planfile import load_plan, save_plan
 from querysmasher.reconstruct import reconstruct
 from querysmasher.schema import parse_schema
 from querysmasher.workload import parse_workload

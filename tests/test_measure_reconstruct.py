@@ -15,7 +15,7 @@ from querysmasher.data import load_records
 from querysmasher.errors import InputError
 from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements
 from querysmasher.planning import make_plan
-from querysmasher.plan import save_plan
+from querysmasher.planfile import save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
 

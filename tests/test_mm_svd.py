@@ -12,7 +12,7 @@ from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.measure import measure
 from querysmasher.planning import make_plan
-from querysmasher.plan import load_plan, save_plan
+from querysmasher.planfile import load_plan, save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
 from querysmasher.solvers.sdp import dual_bound

@@ -6,7 +6,7 @@ import pytest
 from bruteforce import applied_full_privacy_gram, cost, full_privacy_gram, full_workload, pinv
 from querysmasher.accounting import Budget
 from querysmasher.planning import make_plan
-from querysmasher.plan import load_plan, save_plan
+from querysmasher.planfile import load_plan, save_plan
 
 SPECS = ["marginal:1,2", "prefix:1,2", "range:1+affine:2", "hybrid:1,2,3", "random:1,2", "abs:2+circular:1@2"]
 

@@ -8,7 +8,7 @@ import pytest
 from querysmasher.accounting import Budget
 from querysmasher.cli import main
 from querysmasher.planning import make_plan
-from querysmasher.plan import save_plan
+from querysmasher.planfile import save_plan
 
 
 @pytest.fixture()
@@ -117,7 +117,7 @@ def test_replace_cost_of_every_kind_is_exact_on_small_views_and_an_upper_bound_o
 
 
 def test_plan_records_the_relation_and_hdmm_refuses_replace(capsys, tmp_path):
-    from querysmasher.plan import load_plan
+    from querysmasher.planfile import load_plan
 
     out = tmp_path / "p.h5"
     assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "rp", "--neighbours", "replace", "--out", str(out), "--json"]) == 0

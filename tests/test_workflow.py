@@ -169,7 +169,7 @@ def test_planning_fingerprints_exclude_the_release_code(tmp_path):
 
 @pytest.mark.parametrize("stage, functions, libraries, not_functions", [
     ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
-    ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.plan", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),
+    ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.planfile", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),
     ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.QS_FACTOR_SECONDS", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
     ("evaluate", {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"}, {"querysmasher.reconstruct", "querysmasher.atomic"}, {"report.aggregate"}),
     ("aggregate", {"report.aggregate", "report._figures", "layout.budget_slug"}, {"querysmasher.atomic"}, {"evaluate.evaluate"}),
@@ -251,7 +251,7 @@ def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tm
     """decompose -> solve files -> allocate, as the rules run them, for qs with factored views:
     the solve files keep L beside V, and the plan file (L only for those views) is byte for byte
     the one make_plan + save_plan writes."""
-    from querysmasher.plan import save_plan
+    from querysmasher.planfile import save_plan
 
     monkeypatch.chdir(tmp_path)
     wpath = tmp_path / "w.h5"
@@ -384,7 +384,7 @@ def test_workflow_plan_files_are_the_library_plan_files(tiny_run, tmp_path, meth
     """plan.h5 assembled from the shared subproblem and solve files holds, byte for byte, what
     the one-process library path (make_plan + save_plan) writes: same views, keys, mechanisms,
     losses, noise scales, summary (phase timings aside)."""
-    from querysmasher.plan import save_plan
+    from querysmasher.planfile import save_plan
 
     wd, _ = tiny_run
     name = f"tiny__prefix-1_abs-2__{method}__beta1__seed0"

@@ -8,7 +8,7 @@ from querysmasher.errors import InputError
 from querysmasher.pipeline.config import check_config, expand_grid
 from querysmasher.pipeline.steps import allocate_to_files, write_workload_file
 from querysmasher.planning import make_plan
-from querysmasher.plan import load_plan
+from querysmasher.planfile import load_plan
 from querysmasher.accounting import Budget
 
 
@@ -58,7 +58,7 @@ def test_a_max_plan_with_factored_views_round_trips(tmp_path):
     are (V, s and their rotation), never as query factors the plan's workload does not have."""
     import numpy as np
 
-    from querysmasher.plan import save_plan
+    from querysmasher.planfile import save_plan
 
     plan = make_plan("synthetic:n=8,d=2", "abs:2", "qs", Budget.from_rho(0.5), objective="max", solver_options={"lowrank": "always"})
     low = [s for s in plan.solutions.values() if s.mechanism.kind == "lowrank"]

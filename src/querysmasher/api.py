@@ -234,7 +234,7 @@ def reconstruct(measurements, plan=None) -> Answers:
 def _plan_sha256(plan) -> str:
     """Digest of the plan's file (as saved or loaded; else of the file it would be saved as)."""
     from .measure import plan_digest
-    from .plan import save_plan
+    from .planfile import save_plan
 
     digest = getattr(plan, "_sha256", None)
     if digest:

@@ -95,7 +95,7 @@ def kind_of(plan) -> PlanKind:
 
 register_plan_kind(PlanKind(
     "plan", "querysmasher.plan:Plan", True,
-    save="querysmasher.plan:save_plan", load="querysmasher.plan:load_plan",
+    save="querysmasher.planfile:save_plan", load="querysmasher.planfile:load_plan",
     check="querysmasher.measure:check_budget",
     measure_to_file="querysmasher.measure:measure_residual_to_file",
     reconstruct_to_file="querysmasher.reconstruct:reconstruct_residual_to_file",

@@ -14,7 +14,7 @@ workload gets the same F. The mechanism is always re-derived from (F, L) by
 and measure applies B = W diag(s)^(1/2) V^T = L^T F, the same operator whatever basis the SVD picks
 (measure and reconstruct run in different processes). The QS solver keeps the re-derived mechanism
 (:func:`express_over_factor`), the workflow's allocate re-derives it from the plan's own workload
-before allocating, and :func:`load_plan <querysmasher.plan.load_plan>` re-derives it from the file's
+before allocating, and :func:`load_plan <querysmasher.planfile.load_plan>` re-derives it from the file's
 workload (:func:`rederive_solutions`): the plan in memory, the plan that is allocated and the plan
 measure loads hold the same operator, and measure rechecks its cost before reading any record
 (:func:`querysmasher.measure.check_budget`).

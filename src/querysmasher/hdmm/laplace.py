@@ -26,7 +26,6 @@ import numpy as np
 
 from ..accounting import PureBudget  # re-exported: the budget of Laplace plans
 from ..allocation import BUDGET_MARGIN
-from ..errors import InputError
 from ..linalg import centering, kron_apply, kron_dense
 from .implicit import TOTAL, ImplicitWorkload, KronStrategy
 

@@ -88,7 +88,7 @@ def write_batch(bid: str, members: list[str], path: str | Path) -> None:
 def write_solutions(path: str | Path, method: str, options: dict | None, results) -> None:
     """A solve file (kind ``solve``): one group per key from (key, ViewSolution, seconds) triples."""
     from ..io import atomic_h5, new_group
-    from ..plan import write_solution
+    from ..planfile import write_solution
 
     with atomic_h5(path, kind="solve") as f:
         f.attrs["method"] = method
@@ -103,7 +103,7 @@ def write_solutions(path: str | Path, method: str, options: dict | None, results
 def read_solutions(paths) -> tuple[dict, dict[str, float]]:
     """({key: ViewSolution}, {key: solve seconds}) from solve files."""
     from ..io import open_h5
-    from ..plan import read_solution
+    from ..planfile import read_solution
 
     sols, secs = {}, {}
     for p in paths:

@@ -1,0 +1,261 @@
+"""The plan file format (HDF5, kind ``plan``): a :class:`~querysmasher.plan.Plan` and its per-view solutions.
+
+``save_plan`` writes everything measure and reconstruct need; ``load_plan`` reads it back with
+every field checked (:mod:`querysmasher.h5read`), its mechanisms rebuilt and verified. One
+solution's group (``write_solution`` / ``read_solution``) is also the unit of the workflow's
+per-solve cache files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from .accounting import Budget, view_costs
+from .plan import LAYOUTS, Plan
+from .schema import Schema
+from .solvers import ViewSolution
+from .workload import parse_workload
+
+log = logging.getLogger(__name__)
+
+__all__ = ["save_plan", "load_plan", "write_solution", "read_solution"]
+
+
+def save_plan(plan: Plan, path) -> None:
+    """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
+    from .io import atomic_h5, new_group, put, put_custom_queries, put_json
+
+    with atomic_h5(path, kind="plan") as f:
+        put_json(f, "schema", plan.schema.to_dict())
+        f.attrs["workload"] = plan.workload.spec
+        f.attrs["method"] = plan.method
+        f.attrs["layout"] = plan.layout
+        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
+        put_json(f, "summary", plan.summary())
+        put_custom_queries(f, plan.workload.custom)
+        v = new_group(f, "views")
+        lengths = [len(a) for a in plan.views]
+        put(v, "attrs", np.array([i for a in plan.views for i in a], dtype=np.int64))
+        put(v, "offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        put(v, "key", np.array(plan.keys, dtype=object))
+        put(v, "scale", plan.scales)
+        put(v, "loss", plan.losses)
+        put(v, "lower_bound", plan.lower_bounds)
+        put(v, "sigma2", plan.allocation.sigma2)
+        sols = new_group(f, "solutions")
+        for key, s in sorted(plan.solutions.items()):
+            g = new_group(sols, key)
+            write_solution(g, s, compact=True)
+
+
+def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
+    """Store one ViewSolution in an HDF5 group (used by plan files and per-solve cache files).
+
+    A lowrank solution held over its query factor (``query_factor``) keeps L beside its arrays
+    (solve files); with ``compact`` (plan files) L alone (``storage = "query-factor"``). Wherever L
+    is present it defines the operator, B = L^T F: :func:`load_plan` and the workflow's allocate
+    re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`).
+    A dense X of at most ``EXACT_PAIR_CELLS`` cells is stored, and read back, as the lowrank
+    mechanism of its eigenpairs (the same X; ``storage = "eigenpairs"``)."""
+    from .io import put
+
+    compact = compact and s.query_factor is not None
+    g.attrs["kind"] = s.mechanism.kind
+    g.attrs["loss"] = s.loss
+    g.attrs["lower_bound"] = s.lower_bound
+    g.attrs["gap"] = s.gap
+    g.attrs["solver"] = s.solver
+    g.attrs["note"] = s.note
+    put(g, "sizes", np.array(s.mechanism.sizes, dtype=np.int64))
+    if s.query_factor is not None:
+        put(g, "l", s.query_factor)
+    if compact:
+        g.attrs["storage"] = "query-factor"
+        return
+    mech = s.mechanism
+    from . import mechanisms
+
+    if mech.kind == "dense" and mech.cells <= mechanisms.EXACT_PAIR_CELLS:
+        # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
+        # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
+        # c x c product (allocate's variance report, measure, reconstruct; 820 views per random:1,2
+        # plan on [20]^40), and the release measures r = rank(X) values, not c. Up to
+        # EXACT_PAIR_CELLS cells only, where both kinds' replace costs are exact (above, a lowrank
+        # one is bounded, about twice the exact value for X = I).
+        g.attrs["kind"] = "lowrank"
+        g.attrs["storage"] = "eigenpairs"
+        w, v = mech.eigh()[0]
+        mech = mechanisms.ViewMechanism("lowrank", mech.sizes, (v, w))
+    for i, m in enumerate(mech.mats):
+        put(g, f"m{i}", m)
+    if mech.rotation is not None:
+        put(g, "rotation", mech.rotation)
+
+
+def _mechanism_arrays(g, kind: str, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """The stored arrays of a mechanism, each checked for its shape (from ``sizes``) before it is
+    read, then for finite float entries (non-negative weights and eigenvalues). A kind registered
+    by a plugin gets finite float arrays m0, m1, ... (its class checks their shapes)."""
+    from . import h5read as r
+    from .solvers import ViewMechanism
+
+    cells = math.prod(sizes)
+    if kind == "kron":
+        return tuple(r.array(g, f"m{i}", kind="f", shape=(n, n)) for i, n in enumerate(sizes))
+    if kind == "dense":
+        return (r.array(g, "m0", kind="f", shape=(cells, cells)),)
+    if kind == "fourier":
+        return (r.array(g, "m0", kind="f", shape=sizes, lo=0.0),)
+    if kind == "lowrank":
+        s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
+        return r.array(g, "m0", kind="f", shape=(cells, len(s))), s
+    return tuple(r.array(g, f"m{i}", kind="f") for i in range(ViewMechanism.array_count(kind, sizes)))
+
+
+def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
+    """The ViewSolution of a group written by :func:`write_solution`, every field checked (an
+    InputError naming the field otherwise). ``sizes``: the view's sizes from the schema (plan
+    files), which the stored sizes must equal before any array is read. A compact group (its query
+    factor only) gets a placeholder mechanism of its kind and sizes (no memory: a broadcast zero),
+    never measured: the caller re-derives it from the workload (:func:`load_plan` does, through
+    :func:`querysmasher.queryfactor.rederive_solutions`)."""
+    from . import h5read as r
+    from .mechanisms import MECHANISM_KINDS
+    from .solvers import ViewMechanism
+
+    kind = r.text(g, "kind", choices=tuple(MECHANISM_KINDS))
+    storage = r.text(g, "storage", choices=("query-factor", "eigenpairs"), default="")
+    stored = tuple(int(n) for n in r.array(g, "sizes", kind="i", ndim=1, lo=1))
+    if sizes is not None and stored != tuple(sizes):
+        raise r.bad(g, "sizes", list(stored), f"must be the sizes of the view it measures, {list(sizes)} by the plan's schema")
+    L = r.array(g, "l", kind="f", ndim=2) if r.has(g, "l") else None
+    if storage == "query-factor":
+        if kind != "lowrank" or L is None:
+            raise r.bad(g, "storage", storage, "is for lowrank mechanisms with a 2-D query factor l", attr=True)
+        rank = L.shape[1]
+        mechanism = ViewMechanism(kind, stored, (np.broadcast_to(np.float64(0.0), (math.prod(stored), rank)), np.zeros(rank)))
+    else:
+        mats = _mechanism_arrays(g, kind, stored)
+        rank = mats[1].shape[0] if kind == "lowrank" else 0
+        rot = r.array(g, "rotation", kind="f", shape=(rank, rank)) if kind == "lowrank" and r.has(g, "rotation") else None
+        try:
+            mechanism = ViewMechanism(kind, stored, mats, rotation=rot)
+        except ValueError as exc:  # a plugin kind's own check of its arrays
+            raise r.bad(g, "kind", kind, f"its arrays do not form a mechanism ({exc})", attr=True) from None
+    return ViewSolution(
+        mechanism, r.number(g, "loss", lo=0.0), r.number(g, "lower_bound", lo=0.0),
+        r.text(g, "solver"), r.text(g, "note"), r.number(g, "gap", nan=True, inf=True), L,
+    )
+
+
+def _read_budget(f) -> Budget:
+    from . import h5read as r
+    from .accounting import NEIGHBOURS
+
+    b = r.json_attr(f, "budget")
+    return Budget(
+        float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
+        float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)),
+        r.json_text(f, "budget", b, "neighbours", choices=NEIGHBOURS, default="add-remove"),
+    )
+
+
+def _read_summary(f) -> tuple[dict, dict | None]:
+    """(the parts of the summary a Plan keeps: views, phase_seconds, notes, objective; its
+    max-objective certificate or None)."""
+    from . import h5read as r
+
+    s = r.json_attr(f, "summary")
+    phases = s.get("phase_seconds", {})
+    if not isinstance(phases, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values()):
+        raise r.bad(f, "summary.phase_seconds", phases, "must map steps to seconds", attr=True)
+    notes = s.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise r.bad(f, "summary.notes", notes, "must be a list of strings", attr=True)
+    kept = {
+        "views": int(r.json_number(f, "summary", s, "views", lo=0, integral=True)), "phase_seconds": dict(phases), "notes": list(notes),
+        "objective": r.json_text(f, "summary", s, "objective", choices=("sum", "max"), default="sum"),
+    }
+    certificate = {k: s[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in s}
+    return kept, certificate or None
+
+
+def _read_views(v, schema: Schema) -> tuple[list[tuple[int, ...]], list[str], dict[str, np.ndarray]]:
+    """(residual views, their keys, per-view arrays scale/loss/lower_bound/sigma2), each checked:
+    attributes in the schema, offsets consistent, one entry per view, values in range."""
+    from . import h5read as r
+
+    flat = r.array(v, "attrs", kind="i", ndim=1, lo=0, hi=len(schema) - 1)
+    offs = r.array(v, "offsets", kind="i", ndim=1)
+    if len(offs) == 0 or offs[0] != 0 or offs[-1] != len(flat) or np.any(np.diff(offs) < 0):
+        raise r.bad(v, "offsets", offs[:8].tolist(), f"must rise from 0 to the length of views/attrs ({len(flat)})")
+    n = len(offs) - 1
+    views = [tuple(int(a) for a in flat[offs[i]:offs[i + 1]]) for i in range(n)]
+    for i, attrs in enumerate(views):
+        if any(a >= b for a, b in zip(attrs, attrs[1:])):
+            raise r.bad(v, "attrs", list(attrs), f"view {i} must list distinct attributes in increasing order")
+    keys = r.strings(v, "key", length=n)
+    arrays = {
+        "scale": r.array(v, "scale", kind="f", shape=(n,), positive=True),
+        "loss": r.array(v, "loss", kind="f", shape=(n,), lo=0.0),
+        "lower_bound": r.array(v, "lower_bound", kind="f", shape=(n,), lo=0.0),
+        # inf: the view is not measured
+        "sigma2": r.array(v, "sigma2", kind="f", shape=(n,), positive=True, finite=False),
+    }
+    return views, keys, arrays
+
+
+def _read_solutions(f, schema: Schema, views, keys) -> dict[str, ViewSolution]:
+    """One solution per distinct view key, no other, each with the sizes of its views."""
+    from . import h5read as r
+
+    group = r.child(f, "solutions", group=True)
+    sizes: dict[str, tuple[int, ...]] = {}
+    for attrs, key in zip(views, keys):
+        s = tuple(schema.sizes[a] for a in attrs)
+        if sizes.setdefault(key, s) != s:
+            raise r.bad(f["views"], "key", key, f"is the key of views of different sizes {list(sizes[key])} and {list(s)}")
+    stored = set(r.members(group))
+    missing, extra = sorted(set(sizes) - stored), sorted(stored - set(sizes))
+    if missing:
+        raise r.bad(f["views"], "key", missing[0], "has no stored solution")
+    if extra:
+        raise r.bad(group, extra[0], extra[0], "is a solution no view uses")
+    return {k: read_solution(r.child(group, k, group=True), s) for k, s in sizes.items()}
+
+
+def load_plan(path) -> Plan:
+    """Read a plan file written by :func:`save_plan`: every field checked for type, shape and range
+    against the schema and views before anything is derived from it (an InputError naming the
+    field and the value otherwise)."""
+    from . import h5read as r
+    from .allocation import Allocation
+    from .io import open_h5
+    from .queryfactor import rederive_solutions
+    from .schema import check_attribute_sizes
+
+    with open_h5(path, "plan") as f, r.h5py_errors(path, "plan file"):
+        schema = r.read_schema(f)
+        workload = parse_workload(r.text(f, "workload"), schema, r.custom_queries(f))
+        check_attribute_sizes(schema, [a for v in workload.views for a in v.attrs])
+        budget = _read_budget(f)
+        summary, certificate = _read_summary(f)
+        views, keys, arrays = _read_views(r.child(f, "views", group=True), schema)
+        solutions = _read_solutions(f, schema, views, keys)
+        method = r.text(f, "method")
+        layout = r.text(f, "layout", choices=LAYOUTS, default="full-domain" if method == "mm" else "residual")
+        if layout == "full-domain" and views != [tuple(range(len(schema)))]:  # reconstruct marginalises its one view
+            raise r.bad(f, "layout", layout, "needs the one full-domain view, but the plan's views are not that", attr=True)
+    # lowrank views held over their query factor: B = L^T F with F from the file's own workload
+    solutions = rederive_solutions(workload, solutions, views, keys, losses=False)
+    sigma2, losses = arrays["sigma2"], arrays["loss"]
+    finite = np.isfinite(sigma2)
+    costs = view_costs(keys, solutions, budget.neighbours)
+    alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
+    return Plan(
+        schema, workload, method, budget, views, keys, arrays["scale"], losses, arrays["lower_bound"], alloc, solutions,
+        summary["views"], summary["phase_seconds"], summary["notes"], summary["objective"], certificate, layout,
+    )
