@@ -47,6 +47,11 @@ PANDAS_MB = 120  # importing pandas and pyarrow (a CSV data set only)
 FULL_DOMAIN_BYTES = 8 * 6  # per cell of a whole-workload method's full data vector
 MM_DENSE_ARRAYS = 8  # mm's dense solve over the full domain (<= its max_dense_cells)
 MM_MAX_CELLS = 2500
+# HDMM holds the workload as Kronecker terms (one per workload view, an n x n matrix per attribute):
+# its allocate job peaked at 3.1-3.2 x (views x sum n^2 x 8 bytes) above the process (Table 4's
+# [50]^40 prefix:1,2: 2.0 GB; loans hybrid:1,2,3: 0.43 GB)
+HDMM_ALLOCATE_COPIES = 4
+HDMM_STAGE_COPIES = 2
 SOLUTION_COPIES = 2  # a plan's solutions as read from their files and as held by the plan
 SECONDS_PER_MB = 0.05  # time limit: per MB touched, on top of the job's start
 MATPLOTLIB_MB = 100  # aggregate and paper_table draw figures
@@ -101,6 +106,11 @@ def _largest_view_mb(workload) -> float:
     return largest / 2**20
 
 
+def _kron_workload_mb(workload, copies: float) -> float:
+    """MB of ``copies`` of a workload held as Kronecker terms: per view, n x n per attribute."""
+    return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
+
+
 def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
     """``{"mem_mb", "runtime"}`` of one job of ``stage`` for ``experiment`` (a
     :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
@@ -124,14 +134,14 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         if experiment.method == "mm":
             c = min(full_cells, MM_MAX_CELLS)
             mb += MM_DENSE_ARRAYS * 8.0 * c * c / 2**20
-        else:  # hdmm: Kronecker strategies, one n x n (or p x n) factor per attribute, and the workload's
-            mb += 64.0 * sum(8.0 * n * n for n in w.schema.sizes) / 2**20
+        else:  # hdmm and planner plugins: the workload's Kronecker terms, n x n per attribute each
+            mb += _kron_workload_mb(w, HDMM_ALLOCATE_COPIES)
     if stage in ("measure", "reconstruct", "evaluate", "release") and measured:
         mb += _largest_view_mb(w)
         if whole:
             from ..hdmm.plan import MAX_DOMAIN_CELLS
 
-            mb += FULL_DOMAIN_BYTES * min(full_cells, MAX_DOMAIN_CELLS) / 2**20
+            mb += FULL_DOMAIN_BYTES * min(full_cells, MAX_DOMAIN_CELLS) / 2**20 + _kron_workload_mb(w, HDMM_STAGE_COPIES)
     if stage in ("measure", "evaluate", "release") and measured:
         records, file_mb, csv = records_shape(getattr(experiment, "data", None) or {})
         mb += RECORD_BYTES * records * len(w.schema.sizes) / 2**20
