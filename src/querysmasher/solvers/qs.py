@@ -59,7 +59,7 @@ HESSIAN_CHUNK_BYTES = 64 << 20  # solvers.sdp.barrier: Phi is built in blocks of
 # Seconds on one core of the 2-core reference machine: per r^2 c of a factored solve, per c^3 of a
 # dense one, per n^3 of a 1-D factor (its dense solve, WFF and RP), plus a fixed start.
 FACTORED_SECONDS_PER_R2C = 1e-7
-DENSE_SECONDS_PER_C3 = 4e-9
+DENSE_SECONDS_PER_C3 = 1.5e-8  # 400 cells: 0.7-1 s alone, 2.3-2.5 s on a loaded machine (Table 4's random views)
 FACTOR_SECONDS_PER_N3 = 1.5e-7
 # dense mechanisms from this many cells keep the eigendecomposition the solver computed (a c x c
 # copy: worth it where an eigh costs more than a fraction of a second)
@@ -155,7 +155,7 @@ class QSSolver:
             r = min(rows, c)
             peak = (FACTORED_ARRAYS + FACTORED_EXTRA_ARRAYS) * 8.0 * r * c
             return SolveEstimate(0.1 + wff_seconds + FACTORED_SECONDS_PER_R2C * r * r * c, max(peak, wff_peak), 8.0 * r * (c + rows), path)
-        return SolveEstimate(0.1 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), 16.0 * c * c, path)
+        return SolveEstimate(0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), 16.0 * c * c, path)
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         if not gram.sizes:  # the total: measure it directly (X = [1]) — optimal, L = G
