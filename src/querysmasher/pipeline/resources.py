@@ -137,7 +137,9 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
             mb += MM_DENSE_ARRAYS * 8.0 * c * c / 2**20
         else:  # hdmm and planner plugins: the workload's Kronecker terms, n x n per attribute each
             mb += _kron_workload_mb(w, HDMM_ALLOCATE_COPIES)
-    if stage in ("measure", "reconstruct", "evaluate", "release") and measured:
+    if stage == "allocate" or (stage in ("measure", "reconstruct", "evaluate", "release") and measured):
+        # one view at a time: allocate's predicted per-query variances too (Table 4's circular:1,2
+        # over [50]^40, 6.25 million queries per view: allocate peaked at 289 MB)
         mb += _largest_view_mb(w)
         if whole:
             from ..hdmm.plan import MAX_DOMAIN_CELLS
