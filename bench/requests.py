@@ -14,6 +14,14 @@ Runtime requests (minutes) must cover the measured seconds.
     python bench/requests.py --log L1 --log L2 -C WORKDIR # given logs, paths relative to WORKDIR
     python bench/requests.py WORKDIR --jobs               # also one line per job
     python bench/requests.py WORKDIR --check              # exit 1 when a job is outside the band
+    python bench/requests.py WORKDIR --recompute config/paper/table4.yaml   # today's estimates instead
+
+``--recompute CONFIG`` (run from the repo root with ``PYTHONPATH=src``; CONFIG merged over
+``config/config.yaml`` as Snakemake does) replaces the logged request of every per-experiment,
+decompose and whole-grid job by what the current code estimates for it
+(``querysmasher.pipeline.resources``, ``cache.decompose_mem_mb``, with the run's manifests), so
+estimates changed after a run can be checked against its measured peaks without running it again;
+solve jobs keep their logged request (theirs is stored in the run's manifests).
 
 It prints per rule: jobs, measured peak (min-max), requested mem_mb (min-max), the smallest and
 largest ratio requested / peak, the jobs under their peak and the jobs above 3 x peak + 500 MB,
@@ -148,6 +156,56 @@ def collect(logs: list[Path], workdir: Path) -> list[Job]:
     return list(by_bench.values()) + unmeasured
 
 
+def _merged_config(path: str) -> dict:
+    import yaml
+
+    base = yaml.safe_load(Path("config/config.yaml").read_text())
+    over = yaml.safe_load(Path(path).read_text()) or {}
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return base
+
+
+def recompute(jobs: list[Job], config_path: str, workdir: Path) -> int:
+    """Replace the logged mem_mb of the jobs the current estimates cover; returns how many."""
+    import json
+
+    from snakemake.utils import validate
+
+    from querysmasher.pipeline.cache import decompose_mem_mb
+    from querysmasher.pipeline.config import check_config, releasable_experiments, set_aside_unsupported
+    from querysmasher.pipeline.layout import problem_dir
+    from querysmasher.pipeline.resources import grid_resources, stage_resources
+
+    config = _merged_config(config_path)
+    validate(config, str(Path("config/schema.yaml").resolve()))
+    experiments, _ = set_aside_unsupported(check_config(config), config["unsupported"])
+    measured = {n: bool(config["release"]) and ok for n, ok in releasable_experiments(experiments).items()}
+    problems = {}
+    for e in experiments.values():
+        problems.setdefault(e.problem, e)
+    done = 0
+    for j in jobs:
+        wc = dict(part.split("=", 1) for part in j.wildcards.split(", ") if "=" in part)
+        est = None
+        if j.rule in ("allocate", "measure", "reconstruct", "evaluate") and wc.get("experiment") in experiments:
+            e = experiments[wc["experiment"]]
+            mpath = workdir / problem_dir(e.problem) / "manifest.json"
+            manifest = json.loads(mpath.read_text()) if mpath.exists() else None
+            est = stage_resources(j.rule, e, manifest, measured=measured[e.name])["mem_mb"]
+        elif j.rule == "decompose" and wc.get("problem") in problems:
+            est = decompose_mem_mb(problems[wc["problem"]])
+        elif j.rule in ("aggregate", "paper_table"):
+            est = grid_resources("aggregate" if j.rule == "aggregate" else "paper", len(experiments))["mem_mb"]
+        if est is not None:
+            j.mem_mb = float(est)
+            done += 1
+    return done
+
+
 def _fmt_range(vals: list[float], fmt: str = "{:.0f}") -> str:
     if not vals:
         return "-"
@@ -207,6 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument("--all-logs", action="store_true", help="every log of WORKDIR/.snakemake/log, oldest first")
     ap.add_argument("--jobs", action="store_true", help="one line per job")
     ap.add_argument("--check", action="store_true", help="exit 1 when a job is outside the band")
+    ap.add_argument("--recompute", metavar="CONFIG", help="today's estimates for the run's jobs of CONFIG (from the repo root)")
     args = ap.parse_args(argv)
     workdir = Path(args.chdir or args.workdir)
     logs = [Path(p) for p in args.log]
@@ -218,6 +277,8 @@ def main(argv=None) -> int:
         logs = found if args.all_logs else found[-1:]
     jobs = collect(logs, workdir)
     print(f"logs: {', '.join(str(p) for p in logs)}")
+    if args.recompute:
+        print(f"requests recomputed by today's estimates for {recompute(jobs, args.recompute, workdir)} jobs (solve jobs: as logged)")
     bad = report(jobs, per_job=args.jobs)
     return 1 if (args.check and bad) else 0
 

@@ -133,3 +133,13 @@ def test_no_rule_requests_a_fixed_figure():
         for m in re.finditer(r"^\s+(mem_mb|runtime)=(\d[\d_]*)\s*,?\s*$", smk.read_text(), re.M):
             fixed.append(f"{smk.name}: {m.group(0).strip()}")
     assert not fixed, fixed
+
+
+def test_a_whole_workload_allocate_does_not_hold_the_data_vector():
+    """HDMM's allocate plans (its Kronecker workload terms); only its measured stages hold the full
+    data vector."""
+    e = Experiment("x", "s", "synthetic:n=10,d=8", False, "prefix:1,2", "hdmm", 1.0, 0, {"synthetic": {"records": 100, "seed": 0}})
+    alloc = resources.stage_resources("allocate", e)["mem_mb"]
+    measure = resources.stage_resources("measure", e, measured=True)["mem_mb"]
+    assert alloc < measure
+    assert measure - alloc >= resources.FULL_DOMAIN_BYTES * min(10**8, 10**7) / 2**20 - 200

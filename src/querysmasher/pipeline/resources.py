@@ -141,7 +141,7 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         # one view at a time: allocate's predicted per-query variances too (Table 4's circular:1,2
         # over [50]^40, 6.25 million queries per view: allocate peaked at 289 MB)
         mb += _largest_view_mb(w)
-        if whole:
+        if whole and stage != "allocate":  # the full data vector (measured HDMM plans only)
             from ..hdmm.plan import MAX_DOMAIN_CELLS
 
             mb += FULL_DOMAIN_BYTES * min(full_cells, MAX_DOMAIN_CELLS) / 2**20 + _kron_workload_mb(w, HDMM_STAGE_COPIES)
