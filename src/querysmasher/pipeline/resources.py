@@ -52,7 +52,8 @@ MM_MAX_CELLS = 2500
 # [50]^40 prefix:1,2: 2.0 GB; loans hybrid:1,2,3: 0.43 GB)
 HDMM_ALLOCATE_COPIES = 4
 HDMM_STAGE_COPIES = 2
-SOLUTION_COPIES = 2  # a plan's solutions as read from their files and as held by the plan
+SOLUTION_COPIES = 1.25  # a plan's solutions as read from their files and held by the plan (Table 4's
+# random:1,2 over [20]^40: 780 dense 400-cell solutions, 998 MB, allocate peaked at 985 MB)
 SECONDS_PER_MB = 0.05  # time limit: per MB touched, on top of the job's start
 DECOMPOSE_SECONDS_PER_MB = 0.3  # random:1,2 over [20]^40: 1.35 GB in 30 s alone, 162 s on a loaded machine
 MATPLOTLIB_MB = 100  # aggregate and paper_table draw figures
@@ -107,6 +108,29 @@ def _largest_view_mb(workload) -> float:
     return largest / 2**20
 
 
+def _query_factor_mb(workload) -> float:
+    """MB of re-deriving the query factors of a plan's views held over them (non-product views with
+    fewer queries than cells, :mod:`querysmasher.queryfactor`): their subquery matrices, as decompose
+    builds them (views with as many queries as cells, e.g. random, keep their Grams in the plan)."""
+    from .cache import DECOMPOSE_HELD_FACTOR
+
+    sizes_all = workload.schema.sizes
+    seen: set = set()
+    held = largest = 0.0
+    for v in workload.views:
+        if v.factors:
+            continue
+        sizes = tuple(sizes_all[i] for i in v.attrs)
+        c, rows = math.prod(sizes), workload.view_count(v)
+        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        if rows >= c or key in seen:
+            continue
+        seen.add(key)
+        held += rows * c * 8.0
+        largest = max(largest, 3.0 * rows * c * 8.0)
+    return (DECOMPOSE_HELD_FACTOR * held + largest) / 2**20
+
+
 def _kron_workload_mb(workload, copies: float) -> float:
     """MB of ``copies`` of a workload held as Kronecker terms: per view, n x n per attribute."""
     return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
@@ -125,8 +149,10 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
     full_cells = math.prod(w.schema.sizes)
     mb = 0.0
     # the plan: its solutions, and the decomposition that re-derives query-factor views
+    if stage == "evaluate" and not measured:  # plan only: evaluate reads the plan's stored summary
+        return {"mem_mb": BASE_MEM_MB, "runtime": runtime_minutes(5.0)}
     if not whole:
-        mb += estimate_decompose_mem_mb(w) - BASE_MEM_MB
+        mb += _query_factor_mb(w)
         subs = (manifest or {}).get("subproblems", [])
         mb += SOLUTION_COPIES * sum(float(s.get("cost", {}).get("result_mb", 0.0)) for s in subs)
         if stage == "allocate" and experiment.objective != "sum":  # the max objective re-solves every view here

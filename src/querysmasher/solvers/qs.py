@@ -155,7 +155,8 @@ class QSSolver:
             r = min(rows, c)
             peak = (FACTORED_ARRAYS + FACTORED_EXTRA_ARRAYS) * 8.0 * r * c
             return SolveEstimate(0.1 + wff_seconds + FACTORED_SECONDS_PER_R2C * r * r * c, max(peak, wff_peak), 8.0 * r * (c + rows), path)
-        return SolveEstimate(0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), 16.0 * c * c, path)
+        kept = (16.0 if c >= PRIME_EIGH_CELLS else 8.0) * c * c  # X, and its eigenvectors from PRIME_EIGH_CELLS on
+        return SolveEstimate(0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), kept, path)
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         if not gram.sizes:  # the total: measure it directly (X = [1]) — optimal, L = G
