@@ -17,8 +17,10 @@ rule aggregate:
         lib=lib("aggregate"),
     log:
         f"{_AGG}/logs/aggregate.log",
+    benchmark:
+        f"{_AGG}/benchmarks/aggregate.tsv"
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=grid_resource("aggregate", "mem_mb"),
+        runtime=grid_resource("aggregate", "runtime"),
     script:
         "../scripts/aggregate.py"

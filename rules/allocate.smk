@@ -27,7 +27,9 @@ rule allocate:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
     resources:
-        mem_mb=lambda wc: 4000 if whole_workload(wc) else 2000,  # a whole-workload method plans here
-        runtime=lambda wc: 120 if whole_workload(wc) else 30,
+        # what the job holds (querysmasher.pipeline.resources: the solutions, or a whole-workload
+        # method's strategy, which plans here); a planner's time is not estimated: 2 hours for those
+        mem_mb=stage_resource("allocate", "mem_mb"),
+        runtime=stage_resource("allocate", "runtime", floor=lambda wc: 120 if whole_workload(wc) else 0),
     script:
         "../scripts/allocate.py"

@@ -128,22 +128,78 @@ def lib(stage, method=None):
     return _FINGERPRINTS[(stage, method)]
 
 
-def decompose_mem_mb(wildcards):
+def decompose_mem_mb(wildcards, attempt=1):
     """mem_mb of a decompose job, from its workload (querysmasher.pipeline.cache.decompose_mem_mb):
     random views keep a dense Gram each, so a fixed figure would let the scheduler start jobs
-    that together exceed the machine (or a SLURM node's limit)."""
+    that together exceed the machine (or a SLURM node's limit). Doubled on a retry."""
     from querysmasher.pipeline.cache import decompose_mem_mb as estimate
+    from querysmasher.pipeline.resources import retry
 
-    return estimate(problem_of(wildcards))
+    return retry(estimate(problem_of(wildcards)), attempt)
 
 
-def plan_reader_mem_mb(base):
-    """mem_mb of a rule that loads a plan: ``base``, or more when loading re-runs a decomposition
-    heavier than that (a plan with views held over their query factor re-derives F from its
-    workload: querysmasher.queryfactor)."""
+def release_resource(wildcards, what, attempt=1):
+    from querysmasher.pipeline.resources import release_resources, retry
+
+    return retry(release_resources(release_spec(wildcards))[what], attempt)
+
+
+def decompose_runtime(wildcards, attempt=1):
+    """runtime of a decompose job: from the memory it builds (querysmasher.pipeline.resources), doubled on a retry."""
     from querysmasher.pipeline.cache import decompose_mem_mb as estimate
+    from querysmasher.pipeline.resources import decompose_runtime_minutes, retry
 
-    return lambda wildcards: max(base, estimate(experiment_of(wildcards)))
+    return retry(decompose_runtime_minutes(estimate(problem_of(wildcards))), attempt)
+
+
+_STAGE_RESOURCES = {}
+
+
+def _stage_estimate(stage, name):
+    """querysmasher.pipeline.resources.stage_resources of one experiment's job (its problem's
+    manifest read when it exists: the solutions its plan holds), cached per manifest version."""
+    from querysmasher.pipeline.resources import stage_resources
+
+    e = EXPERIMENTS[name]
+    path = f"{layout.problem_dir(e.problem)}/manifest.json"
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        mtime = None
+    key = (stage, name, mtime)
+    if key not in _STAGE_RESOURCES:
+        manifest = None
+        if mtime is not None:
+            with open(path) as fh:
+                manifest = json.load(fh)
+        _STAGE_RESOURCES[key] = stage_resources(stage, e, manifest, measured=MEASURED.get(name, False))
+    return _STAGE_RESOURCES[key]
+
+
+def stage_resource(stage, what, floor=0):
+    """A resource callable (mem_mb or runtime) of a per-experiment rule, from the estimate of what
+    its job holds (querysmasher.pipeline.resources), doubled on each retry; ``floor``: a lower bound
+    for what the estimate does not model (a whole-workload planner's time)."""
+
+    def inner(wildcards, attempt):
+        from querysmasher.pipeline.resources import retry
+
+        return retry(max(floor(wildcards) if callable(floor) else floor, _stage_estimate(stage, experiment_of(wildcards).name)[what]), attempt)
+
+    return inner
+
+
+def grid_resource(stage, what):
+    """A resource callable of a whole-grid job (aggregate, paper_table): the largest estimate of the
+    stage over the grid's experiments is not needed (these jobs read metrics files only), so the
+    estimate of an experiment-free job, doubled on each retry."""
+
+    def inner(wildcards, attempt):
+        from querysmasher.pipeline.resources import grid_resources, retry
+
+        return retry(grid_resources(stage, len(EXPERIMENTS))[what], attempt)
+
+    return inner
 
 
 def exp_path(name, wildcards):

@@ -35,6 +35,6 @@ checkpoint decompose:
         f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
     resources:
         mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
-        runtime=30,
+        runtime=decompose_runtime,
     script:
         "../scripts/decompose.py"

@@ -33,8 +33,11 @@ rule evaluate:
         lib=lib("evaluate"),
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",
+    benchmark:
+        f"{R}/{{experiment}}/benchmarks/evaluate.tsv"
     resources:
-        mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
-        runtime=60,
+        # the plan, the records and one view's answers at a time (released), or the plan's summary
+        mem_mb=stage_resource("evaluate", "mem_mb"),
+        runtime=stage_resource("evaluate", "runtime"),
     script:
         "../scripts/evaluate.py"

@@ -19,7 +19,8 @@ rule measure:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/measure.tsv"
     resources:
-        mem_mb=plan_reader_mem_mb(2000),  # loading the plan may decompose its workload
-        runtime=30,
+        # the plan (and the decomposition re-deriving its query factors), the records, one view at a time
+        mem_mb=stage_resource("measure", "mem_mb"),
+        runtime=stage_resource("measure", "runtime"),
     script:
         "../scripts/measure.py"

@@ -32,8 +32,10 @@ if PAPER:
             lib=lib("paper"),
         log:
             f"{R}/logs/paper_table{_T}.log",
+        benchmark:
+            f"{R}/benchmarks/paper_table{_T}.tsv"
         resources:
-            mem_mb=2000,
-            runtime=10,
+            mem_mb=grid_resource("paper", "mem_mb"),
+            runtime=grid_resource("paper", "runtime"),
         script:
             "../scripts/paper_report.py"

@@ -17,7 +17,8 @@ rule reconstruct:
     benchmark:
         f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
     resources:
-        mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
-        runtime=60,
+        # the plan (and the decomposition re-deriving its query factors), one view at a time
+        mem_mb=stage_resource("reconstruct", "mem_mb"),
+        runtime=stage_resource("reconstruct", "runtime"),
     script:
         "../scripts/reconstruct.py"

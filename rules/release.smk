@@ -20,7 +20,8 @@ rule release:
         f"{R}/releases/benchmarks/{{name}}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        # planning the spec's tables, the custodian's records, one view at a time
+        mem_mb=lambda wildcards, attempt: release_resource(wildcards, "mem_mb", attempt),
+        runtime=lambda wildcards, attempt: release_resource(wildcards, "runtime", attempt),
     script:
         "../scripts/release.py"

@@ -170,7 +170,7 @@ def test_planning_fingerprints_exclude_the_release_code(tmp_path):
 @pytest.mark.parametrize("stage, functions, libraries, not_functions", [
     ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
     ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.planfile", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),
-    ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.QS_FACTOR_SECONDS", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
+    ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.estimate_cost", "cache.BASE_MEM_MB", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
     ("evaluate", {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"}, {"querysmasher.reconstruct", "querysmasher.atomic"}, {"report.aggregate"}),
     ("aggregate", {"report.aggregate", "report._figures", "layout.budget_slug"}, {"querysmasher.atomic"}, {"evaluate.evaluate"}),
 ])

@@ -17,17 +17,19 @@ import math
 from pathlib import Path
 
 __all__ = [
-    "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost",
+    "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost", "batch_cost", "subproblem_bytes",
     "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "decompose_mem_mb",
 ]
 
-# Cost model of one subproblem solve (seconds and bytes), calibrated on a 2-core machine (numpy,
-# OpenBLAS): a 1-D qs factor of n = 100 takes ~3.5 s, a dense qs view of 400 / 900 / 1,600 cells
-# 4-17 s / 45 s / 47 s (capped by the solver's iteration limit), wff on 1,600 dense cells 0.4 s.
-QS_FACTOR_SECONDS = 3.5  # per 1-D factor of size 100, scaling as n^2
-QS_DENSE_SECONDS = 60.0  # per dense view of 1,000 cells, scaling as c^2
-DENSE_BYTES_FACTOR = 16  # working copies of a c x c float64 matrix in a dense solve
-BASE_MEM_MB = 400  # Python + numpy + scipy + h5py
+# The cost of a solve is the solver's own estimate (querysmasher.solvers.base.SolveEstimate, checked
+# against measured peaks by bench/solve_estimates.py); a job adds its process and what it reads.
+# A job's process (Python, numpy, scipy, h5py and the library) peaks at 90-110 MB of RSS before any
+# work (the rules' benchmark files); BASE_MEM_MB leaves ~300 MB for what an estimate misses and
+# stays under the 3 x peak + 500 MB of a job that does almost nothing (bench/requests.py).
+BASE_MEM_MB = 400
+# decompose holds more than the Grams it keeps (their canonical copies and keys, the store): random:1,2
+# over [20]^40 keeps 998 MB of Grams and peaked at 1,352 MB (Table 4)
+DECOMPOSE_HELD_FACTOR = 1.3
 
 
 def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
@@ -114,29 +116,52 @@ def read_solutions(paths) -> tuple[dict, dict[str, float]]:
     return sols, secs
 
 
-def estimate_cost(sizes, n_terms: int, single_kron: bool, method: str, options: dict | None = None) -> dict:
-    """Rough cost of solving one subproblem: ``seconds``, ``mem_mb``, ``runtime`` (minutes, with
-    margin, for a cluster's time limit). See the constants at the top of this module.
+def subproblem_bytes(gram, store) -> float:
+    """Bytes of the matrices a subproblem file holds (what a solve job reads before solving)."""
+    return float(sum(store[k].nbytes for k in {k for t in gram.terms for k in t.factors}))
 
-    >>> estimate_cost((100, 100), 1, True, "rp")["seconds"] < 0.01
-    True
+
+def estimate_cost(gram, store, method: str, options: dict | None = None, *, solver=None, context_mb: float = 0.0) -> dict:
+    """Cost of solving one subproblem in its own job, from the solver's own estimate
+    (:func:`querysmasher.solvers.base.estimate_solve`: ``solver.estimate(gram, store)``, or a
+    conservative dense one for a solver without it): ``seconds``; ``mem_mb``, the process
+    (``BASE_MEM_MB``) + the subproblem's matrices + the solve's peak + ``context_mb`` (a solver with
+    workload context re-runs the decomposition first); ``runtime`` (minutes, with margin, for a
+    cluster's time limit); ``result_mb`` (what its solution holds, for batches) and ``path``.
+
+    >>> from querysmasher.decompose import GramTerm, SubworkloadGram
+    >>> g = SubworkloadGram((0, 1), (100, 100), (GramTerm(1.0, ("f",), True),))
+    >>> import numpy as np
+    >>> c = estimate_cost(g, {"f": np.zeros((199, 10_000))}, "qs")
+    >>> c["path"], c["mem_mb"] < 1000
+    ('factored', True)
     """
-    c = math.prod(sizes) if sizes else 1
-    dense_mb = 0.0
-    if not sizes or method == "rp" or (method == "rpplus" and single_kron):
-        seconds = 0.001  # closed form (RP+'s bases are derived once per workload, in prepare)
-    elif single_kron:
-        per = QS_FACTOR_SECONDS if method == "qs" else 0.05
-        seconds = sum(0.01 + per * (n / 100) ** 2 for n in sizes)
-        dense_mb = max(sizes) ** 2 * 8 * DENSE_BYTES_FACTOR / 2**20
-    else:
-        max_dense = int((options or {}).get("max_dense_cells", 2500))
-        dense_mb = c * c * 8 * DENSE_BYTES_FACTOR / 2**20
-        if method == "qs" and c <= max_dense:
-            seconds = 1.0 + QS_DENSE_SECONDS * (c / 1000) ** 2
-        else:  # Fourier weights of the dense Gram (wff, and qs's closed-form fallback)
-            seconds = 0.1 + c * c * math.log2(max(c, 2)) * 2e-8
-    return {"seconds": round(seconds, 3), "mem_mb": int(BASE_MEM_MB + math.ceil(dense_mb)), "runtime": runtime_minutes(seconds)}
+    from ..methods import get_method
+    from ..solvers.base import estimate_solve
+
+    if solver is None:
+        solver = get_method(method).build(**(options or {}))
+    est = estimate_solve(solver, gram, store)
+    mem = BASE_MEM_MB + context_mb + (subproblem_bytes(gram, store) + est.peak_bytes) / 2**20
+    seconds = max(float(est.seconds), 0.001)
+    return {
+        "seconds": round(seconds, 3), "mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(seconds),
+        "result_mb": round(est.result_bytes / 2**20, 3), "work_mb": round(mem - BASE_MEM_MB - context_mb, 3), "path": est.path,
+    }
+
+
+def batch_cost(costs: list[dict], context_mb: float = 0.0, context_seconds: float = 0.0) -> dict:
+    """Cost of one batch job from its members' :func:`estimate_cost`: their seconds add up (plus
+    ``context_seconds`` once: a context solver re-runs the decomposition); memory is the process
+    and context, the largest member's working memory (each subproblem is read and
+    solved in turn) and every member's solution (all are written at the end).
+
+    >>> batch_cost([{"seconds": 1.0, "work_mb": 10, "result_mb": 1}, {"seconds": 2.0, "work_mb": 5, "result_mb": 1}])
+    {'seconds': 3.0, 'mem_mb': 412, 'runtime': 10}
+    """
+    total = context_seconds + sum(c["seconds"] for c in costs)
+    mem = BASE_MEM_MB + context_mb + max((c["work_mb"] for c in costs), default=0.0) + sum(c["result_mb"] for c in costs)
+    return {"seconds": round(total, 3), "mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(total)}
 
 
 def estimate_decompose_mem_mb(workload) -> int:
@@ -169,7 +194,7 @@ def estimate_decompose_mem_mb(workload) -> int:
         c, rows = math.prod(sizes), workload.view_count(v)
         held += min(rows, c) * c * 8
         largest = max(largest, 3 * rows * c * 8)  # the query matrix and its projected copies
-    return int(BASE_MEM_MB + math.ceil((held + largest) / 2**20))
+    return int(BASE_MEM_MB + math.ceil((DECOMPOSE_HELD_FACTOR * held + largest) / 2**20))
 
 
 def decompose_mem_mb(experiment) -> int:
@@ -186,9 +211,19 @@ def decompose_mem_mb(experiment) -> int:
     return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema))
 
 
+RUNTIME_FACTOR = 8  # the paper grid's jobs ran up to 8x their estimate on 2 cores at a load of 8-9
+RUNTIME_MIN_MINUTES = 10
+
+
 def runtime_minutes(seconds: float) -> int:
-    """A cluster time limit (minutes) for work estimated at ``seconds``: three times it, plus margin."""
-    return int(max(5, math.ceil(3 * seconds / 60) + 2))
+    """A cluster time limit (minutes) for work estimated at ``seconds`` on one free core: the
+    estimate times ``RUNTIME_FACTOR`` (a shared or loaded node), plus five minutes, at least
+    ``RUNTIME_MIN_MINUTES`` (doubled on a retry by the rules).
+
+    >>> runtime_minutes(0.1), runtime_minutes(40.0), runtime_minutes(600.0)
+    (10, 11, 85)
+    """
+    return int(max(RUNTIME_MIN_MINUTES, math.ceil(RUNTIME_FACTOR * seconds / 60) + 5))
 
 
 def batch_id(keys) -> str:

@@ -21,7 +21,10 @@ from ..accounting import parse_budget
 from ..atomic import write_json
 from ..methods import get_method
 from ..workloadfile import read_workload_file, write_workload_file
-from .cache import batch_id, estimate_cost, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch, write_solutions, write_subproblem
+from .cache import (
+    BASE_MEM_MB, batch_cost, batch_id, estimate_cost, estimate_decompose_mem_mb, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch,
+    write_solutions, write_subproblem,
+)
 from .datasets import load_dataset
 from .layout import batch_path, solve_path, solver_namespace, subproblem_path, workload_id
 
@@ -91,12 +94,16 @@ def decompose_to_files(
     # each of 23 batch jobs of millisecond solves). Their namespace is the workload's own, so no
     # other experiment shares these batches: no content-defined boundaries either.
     overhead = d.seconds if context else 0.0
+    # ... and holds that decomposition while it solves (its memory, as the decompose job's)
+    context_mb = float(estimate_decompose_mem_mb(w) - BASE_MEM_MB) if context else 0.0
     if context:
         batch_size = max(batch_size, len(distinct))
     for key, g in sorted(distinct.items()):
         write_subproblem(key, g, d.store, subproblem_path(key))
-        cost = estimate_cost(g.sizes, len(g.terms), g.single_kron, method, options)
+        cost = estimate_cost(g, d.store, method, options, solver=solver, context_mb=context_mb)
         is_cheap = not g.sizes or g.single_kron or g.cells <= batch_max_cells or cost["seconds"] <= max(batch_max_seconds, overhead)
+        if context and not is_cheap:  # its own job re-runs the decomposition before solving
+            cost = {**cost, "seconds": round(cost["seconds"] + overhead, 3), "runtime": runtime_minutes(cost["seconds"] + overhead)}
         subs[key] = {
             "key": key, "sizes": list(g.sizes), "cells": g.cells, "terms": len(g.terms), "dense_terms": sum(t.dense for t in g.terms),
             "single_kron": g.single_kron, "views": len(per_key[key]), "example_view": [names[i] for i in per_key[key][0]],
@@ -111,11 +118,9 @@ def decompose_to_files(
         file_id = f"batch-{bid}"
         for k in members:
             subs[k]["solve_file"] = solve_path(ns, file_id)
-        costs = [subs[k]["cost"] for k in members]
-        total = sum(c["seconds"] for c in costs)
         batches.append({
             "id": bid, "file_id": file_id, "keys": members, "solve_file": solve_path(ns, file_id),
-            "cost": {"seconds": round(total, 3), "mem_mb": max(c["mem_mb"] for c in costs), "runtime": runtime_minutes(total)},
+            "cost": batch_cost([subs[k]["cost"] for k in members], context_mb, overhead),
         })
     write_json(decomposition_path, {
         "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": d.seconds,

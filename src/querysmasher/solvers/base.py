@@ -27,7 +27,10 @@ from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, pinv_psd  # pinv_psd: re-exported, solvers import it from here
 from ..mechanisms import ViewMechanism, prime_eigh  # re-exported: the solver contract's mechanism type
 
-__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "check_target_gap", "mechanism_loss", "pinv_psd", "prime_eigh"]
+__all__ = [
+    "ViewMechanism", "ViewSolution", "ViewSolver", "SolveEstimate", "estimate_solve", "generic_estimate", "check_target_gap", "mechanism_loss",
+    "pinv_psd", "prime_eigh",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,12 +56,63 @@ class ViewSolver(Protocol):
     """Anything with a name and ``solve(gram, store) -> ViewSolution``.
 
     A solver may also define ``prepare(decomposition)``, called once before any solve, to read
-    workload-wide context (RP+ derives its per-attribute bases from it).
+    workload-wide context (RP+ derives its per-attribute bases from it), and
+    ``estimate(gram, store) -> SolveEstimate``, what its ``solve`` of that Gram will cost (the
+    workflow's resource requests; :func:`estimate_solve` uses :func:`generic_estimate` without it).
     """
 
     name: str
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution: ...
+
+
+@dataclass(frozen=True)
+class SolveEstimate:
+    """What one ``solve(gram, store)`` will cost, as its solver predicts it without solving.
+
+    ``peak_bytes``: memory the solve allocates above what the process already holds (the Gram's
+    stored matrices included), at its peak; ``result_bytes``: what the returned solution keeps
+    (a batch holds every member's solution until its file is written); ``seconds``: its time on one
+    core of the 2-core reference machine. The figures must cover the solve's real use: the
+    workflow requests them as a job's memory and time limits.
+    """
+
+    seconds: float
+    peak_bytes: float
+    result_bytes: float = 0.0
+    path: str = ""  # which code path the solve takes (e.g. "kron", "factored", "dense", "fallback")
+
+
+# a solver that does not estimate itself: as if it held this many c x c float64 arrays of a view
+# with several terms (a dense interior-point solve), and one n x n array per 1-D factor otherwise
+GENERIC_DENSE_ARRAYS = 8
+
+
+def generic_estimate(gram: SubworkloadGram) -> SolveEstimate:
+    """A conservative estimate for a solver without ``estimate``: a dense solve on c x c matrices.
+
+    >>> from querysmasher.decompose import GramTerm
+    >>> g = SubworkloadGram((0, 1), (30, 30), (GramTerm(1.0, ("a",), True),))
+    >>> generic_estimate(g).peak_bytes == GENERIC_DENSE_ARRAYS * 8 * 900 ** 2
+    True
+    """
+    c = gram.cells
+    if not gram.sizes:
+        return SolveEstimate(0.001, 0.0, 0.0, "total")
+    if gram.single_kron:
+        sq = sum(n * n for n in gram.sizes)
+        return SolveEstimate(0.05 + 0.5 * sum((n / 100) ** 2 for n in gram.sizes), GENERIC_DENSE_ARRAYS * 8.0 * sq, 8.0 * sq, "kron")
+    return SolveEstimate(1.0 + 60.0 * (c / 1000) ** 3, GENERIC_DENSE_ARRAYS * 8.0 * c * c, 8.0 * c * c, "dense")
+
+
+def estimate_solve(solver, gram: SubworkloadGram, store: MatrixStore) -> SolveEstimate:
+    """``solver.estimate(gram, store)`` when the solver defines it, else :func:`generic_estimate`."""
+    est = getattr(solver, "estimate", None)
+    if callable(est):
+        out = est(gram, store)
+        if isinstance(out, SolveEstimate):
+            return out
+    return generic_estimate(gram)
 
 
 def check_target_gap(target_gap) -> float:

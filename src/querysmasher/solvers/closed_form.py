@@ -28,9 +28,16 @@ import numpy as np
 
 from ..decompose import SubworkloadGram, is_factor
 from ..linalg import MatrixStore, centering
-from .base import ViewMechanism, ViewSolution
+from .base import SolveEstimate, ViewMechanism, ViewSolution
 
-__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d", "circulant_from_weights"]
+__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d", "circulant_from_weights", "wff_bytes"]
+
+# Peak bytes of WFF's Fourier weights per entry transformed (complex FFT passes, one per axis,
+# |.|^2 and its copy): rows x cells entries for a term stored as a factor, c x c for a dense one
+# (its fftn and ifftn). Measured with bench/solve_estimates.py.
+WFF_FACTOR_BYTES = 48
+WFF_DENSE_BYTES = 64
+WFF_SECONDS_PER_ENTRY = 3e-8  # per transformed entry and log2(cells)
 
 
 class RPSolver:
@@ -45,6 +52,17 @@ class RPSolver:
         factors = tuple(centering(n) * (n / (n - 1)) for n in gram.sizes)
         loss = math.prod((n - 1) / n for n in gram.sizes) * gram.trace
         return ViewSolution(ViewMechanism("kron", gram.sizes, factors), loss, 0.0, self.name)
+
+    def estimate(self, gram: SubworkloadGram, store: MatrixStore) -> SolveEstimate:
+        """A closed form: one n x n factor per attribute, nothing of the view's size.
+
+        >>> from querysmasher.decompose import GramTerm
+        >>> g = SubworkloadGram((0, 1), (100, 100), (GramTerm(1.0, ("a",), True),))
+        >>> RPSolver().estimate(g, {}).peak_bytes == 2 * 8 * 100 ** 2
+        True
+        """
+        sq = 8.0 * sum(n * n for n in gram.sizes)
+        return SolveEstimate(0.001 + 1e-9 * sq, sq, sq, "kron")
 
 
 def fourier_diag(g: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
@@ -81,12 +99,48 @@ def circulant_from_weights(w: np.ndarray) -> np.ndarray:
     return np.real(f.conj().T @ (w[:, None] * f))
 
 
+def wff_bytes(gram: SubworkloadGram, store: MatrixStore) -> tuple[float, float]:
+    """(peak bytes, seconds) of WFF's Fourier weights of a Gram with several terms: no c x c matrix
+    for terms stored as a factor (rows x cells), c x c transforms for dense terms stored whole."""
+    c = gram.cells
+    peak, entries = 8.0 * c, 0.0
+    for t in gram.terms:
+        if t.dense:
+            m = store[t.factors[0]]
+            if is_factor(m):
+                peak = max(peak, 8.0 * c + WFF_FACTOR_BYTES * m.shape[0] * c)
+                entries += m.shape[0] * c
+            else:
+                peak = max(peak, 8.0 * c + WFF_DENSE_BYTES * c * c)
+                entries += 2.0 * c * c
+        else:
+            entries += sum(n * n for n in gram.sizes) + c
+    return peak, 0.001 + WFF_SECONDS_PER_ENTRY * entries * math.log2(max(c, 2))
+
+
 class WFFSolver:
     """Weighted Fourier Factorizations (Lebeda et al.), with the paper's parameter setting."""
 
     name = "wff"
     objectives = ("sum", "max")
     exact_in_family = True  # its closed form is optimal within the Fourier family
+
+    def estimate(self, gram: SubworkloadGram, store: MatrixStore) -> SolveEstimate:
+        """One n x n factor per attribute for a one-term Gram; otherwise the FFTs of its terms
+        (:func:`wff_bytes`): O(rows x cells) for terms stored as a factor, c^2 only for dense
+        terms stored whole.
+
+        >>> from querysmasher.decompose import GramTerm
+        >>> g = SubworkloadGram((0, 1), (100, 100), (GramTerm(1.0, ("f",), True),))
+        >>> e = WFFSolver().estimate(g, {"f": np.zeros((199, 10_000))})
+        >>> e.peak_bytes < 10_000 ** 2, e.path
+        (True, 'fourier')
+        """
+        if not gram.sizes or gram.single_kron:
+            sq = 8.0 * sum(n * n for n in gram.sizes)
+            return SolveEstimate(0.001 + 0.002 * len(gram.sizes), 4 * sq, sq, "kron")
+        peak, seconds = wff_bytes(gram, store)
+        return SolveEstimate(seconds, peak, 8.0 * gram.cells, "fourier")
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         sizes = gram.sizes

@@ -35,8 +35,8 @@ import numpy as np
 
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate
-from .base import ViewMechanism, ViewSolution, check_target_gap, prime_eigh
-from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_weights_1d
+from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, prime_eigh
+from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_bytes, wff_weights_1d
 from .sdp import solve_dense, solve_factored
 
 __all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
@@ -50,6 +50,17 @@ DEFAULT_MEMORY_FRACTION = 0.25  # default memory budget of one view's solve: thi
 # dense one ~6 c x c arrays (G, its eigenvectors, X, the Hessian and its Cholesky factor).
 FACTORED_ARRAYS = 10
 DENSE_ARRAYS = 6
+# What :meth:`QSSolver.estimate` adds to those (bench/solve_estimates.py measures both): the factor
+# F (rows x c) and its scaled copy beside the factored solve; the Gram itself, the eigenvectors kept
+# for the mechanism and the phase-2 Hessian beside the dense one, plus a block of Phi's rows.
+FACTORED_EXTRA_ARRAYS = 2
+DENSE_EXTRA_ARRAYS = 3
+HESSIAN_CHUNK_BYTES = 64 << 20  # solvers.sdp.barrier: Phi is built in blocks of this size
+# Seconds on one core of the 2-core reference machine: per r^2 c of a factored solve, per c^3 of a
+# dense one, per n^3 of a 1-D factor (its dense solve, WFF and RP), plus a fixed start.
+FACTORED_SECONDS_PER_R2C = 1e-7
+DENSE_SECONDS_PER_C3 = 1.5e-8  # 400 cells: 0.7-1 s alone, 2.3-2.5 s on a loaded machine (Table 4's random views)
+FACTOR_SECONDS_PER_N3 = 1.5e-7
 # dense mechanisms from this many cells keep the eigendecomposition the solver computed (a c x c
 # copy: worth it where an eigh costs more than a fraction of a second)
 PRIME_EIGH_CELLS = 1024
@@ -105,6 +116,47 @@ class QSSolver:
             x, loss, which = min(candidates, key=lambda c: c[1])
             self._factors[key] = (x, loss, min(r.lower_bound, loss), which)
         return self._factors[key]
+
+    def path(self, gram: SubworkloadGram, store: MatrixStore) -> tuple[str, int]:
+        """(path, rows): which solve :meth:`solve` runs on a Gram with several terms -- "factored"
+        (O(rows c) memory), "dense" (c x c) or "fallback" (closed forms only: above
+        ``max_dense_cells`` or the memory budget) -- and the rows of its factor."""
+        rows = _factor_rows(gram, store)
+        factored = self.lowrank == "always" or (self.lowrank == "auto" and rows <= LOWRANK_MAX_FRACTION * gram.cells)
+        too_big = self.max_dense_cells is not None and gram.cells > self.max_dense_cells
+        if too_big or solve_memory_mb(gram.cells, rows, factored) > self.memory_budget_mb:
+            return "fallback", rows
+        return ("factored" if factored else "dense"), rows
+
+    def estimate(self, gram: SubworkloadGram, store: MatrixStore) -> SolveEstimate:
+        """Time and memory of :meth:`solve` on ``gram``, by the path it will take: per 1-D factor
+        (n x n) for one-term Grams; O(rows x c) for a factored solve (no c x c term); c x c arrays
+        only for a dense solve; WFF's transforms for the closed forms every path computes.
+
+        >>> from querysmasher.decompose import GramTerm
+        >>> g = SubworkloadGram((0, 1), (100, 100), (GramTerm(1.0, ("f",), True),))
+        >>> e = QSSolver().estimate(g, {"f": np.ones((199, 10_000))})
+        >>> e.path, e.peak_bytes < 10_000 ** 2 * 8
+        ('factored', True)
+        """
+        c = gram.cells
+        if not gram.sizes:
+            return SolveEstimate(0.001, 0.0, 0.0, "total")
+        if gram.single_kron:
+            sizes = {n for n in gram.sizes}
+            seconds = 0.01 + sum(FACTOR_SECONDS_PER_N3 * n**3 + 0.05 for n in sizes)
+            peak = max(_dense_solve_bytes(n) for n in sizes)
+            return SolveEstimate(seconds, peak, 8.0 * sum(n * n for n in gram.sizes), "kron")
+        wff_peak, wff_seconds = wff_bytes(gram, store)
+        path, rows = self.path(gram, store)
+        if path == "fallback":
+            return SolveEstimate(wff_seconds + 0.01, wff_peak, 8.0 * c, path)
+        if path == "factored":
+            r = min(rows, c)
+            peak = (FACTORED_ARRAYS + FACTORED_EXTRA_ARRAYS) * 8.0 * r * c
+            return SolveEstimate(0.1 + wff_seconds + FACTORED_SECONDS_PER_R2C * r * r * c, max(peak, wff_peak), 8.0 * r * (c + rows), path)
+        kept = (16.0 if c >= PRIME_EIGH_CELLS else 8.0) * c * c  # X, and its eigenvectors from PRIME_EIGH_CELLS on
+        return SolveEstimate(0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), kept, path)
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         if not gram.sizes:  # the total: measure it directly (X = [1]) — optimal, L = G
@@ -162,6 +214,11 @@ def solve_memory_mb(cells: int, rows: int, factored: bool) -> float:
     if factored:
         return FACTORED_ARRAYS * 8.0 * min(rows, cells) * cells / 2**20
     return DENSE_ARRAYS * 8.0 * cells * cells / 2**20
+
+
+def _dense_solve_bytes(c: int) -> float:
+    """Peak bytes of :func:`solve_dense` on a c x c Gram (with the Gram and the kept eigenvectors)."""
+    return (DENSE_ARRAYS + DENSE_EXTRA_ARRAYS) * 8.0 * c * c + min(HESSIAN_CHUNK_BYTES, 4.0 * c**3)
 
 
 def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:

@@ -53,13 +53,16 @@ from ..decompose import Decomposition, SubworkloadGram, is_factor
 from ..errors import InputError
 from ..families import gram_1d
 from ..linalg import MatrixStore, centering, kron_apply
-from .base import ViewMechanism, ViewSolution, check_target_gap, pinv_psd
+from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, pinv_psd
 from .sdp import solve_dense
 
 __all__ = ["RPPlusSolver", "rpplus_factor", "BASIS_CHOICES"]
 
 BASIS_CHOICES: tuple[str, ...] = ("prefix", "workload")
 DEFAULT_TARGET_GAP = 1e-8  # 1-D solves take milliseconds; a tight gap keeps the bases reproducible
+# copies of a dense term that _dense_term_trace holds at once (mode products of a factor's
+# transpose, c x rows; tensordot of a c x c term)
+DENSE_TERM_COPIES = 3
 
 
 def rpplus_factor(g: np.ndarray, *, target_gap: float = DEFAULT_TARGET_GAP) -> np.ndarray:
@@ -154,6 +157,27 @@ class RPPlusSolver:
                     f"views {other} and {attrs} have equal residual Grams but different RP+ bases; "
                     "this workload needs per-view solves, which the plan's deduplication does not allow",
                 )
+
+    def estimate(self, gram: SubworkloadGram, store: MatrixStore) -> SolveEstimate:
+        """The loss of fixed bases: one contraction per dense term (O(rows x c) for a term stored as
+        a factor, c x c only for a dense term stored whole), n x n per attribute otherwise. The bases
+        themselves are derived in :meth:`prepare` (the workflow counts that as the job's context).
+
+        >>> from querysmasher.decompose import GramTerm
+        >>> g = SubworkloadGram((0, 1), (100, 100), (GramTerm(1.0, ("f",), True),))
+        >>> RPPlusSolver().estimate(g, {"f": np.ones((199, 10_000))}).peak_bytes < 10_000 ** 2
+        True
+        """
+        c = gram.cells
+        sq = 8.0 * sum(n * n for n in gram.sizes)
+        peak, entries = sq, float(c)
+        for t in gram.terms:
+            if t.dense:
+                m = store[t.factors[0]]
+                size = min(m.shape) * c
+                peak = max(peak, sq + DENSE_TERM_COPIES * 8.0 * size)
+                entries += size * sum(gram.sizes)
+        return SolveEstimate(0.002 + 2e-9 * entries, peak, sq, "kron")
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         if not gram.sizes:  # the total: measured directly, X = [1]

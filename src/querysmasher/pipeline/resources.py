@@ -1,0 +1,207 @@
+"""Resource requests (``mem_mb``, ``runtime``) of the workflow's per-experiment jobs, from what each
+job will hold: the data set's size, the workload's view sizes and the plan's solutions.
+
+Solve jobs take theirs from the solver's own estimate (:func:`querysmasher.pipeline.cache.estimate_cost`,
+stored in the manifest); decompose jobs from :func:`~querysmasher.pipeline.cache.estimate_decompose_mem_mb`.
+Every other job holds, besides its process (``BASE_MEM_MB``):
+
+* the plan: every solution the experiment's manifest lists (``result_mb`` of each subproblem) and,
+  when its views are held over their query factor, the decomposition that re-derives them;
+* one workload view at a time (measure, reconstruct and evaluate stream views): its table and
+  answers, and the query matrix of a non-product view;
+* the records (measure, evaluate): an integer table of records x attributes, and pandas with its
+  CSV parser when the data set is a file;
+* for a whole-workload method (``hdmm``, ``mm``): its strategy over the full domain (allocate)
+  and the full data vector (measure, reconstruct, evaluate).
+
+The coefficients are measured (``bench/requests.py`` over the paper grid's benchmark files: the
+band is ``peak <= mem_mb <= 3 x peak + 500 MB``). A job that exceeds its request is retried with
+twice as much (``attempt`` in the rules' resource callables, :func:`retry`).
+
+>>> from querysmasher.pipeline.config import Experiment
+>>> e = Experiment("x", "s", "synthetic:n=10,d=3", False, "prefix:1,2", "qs", 1.0, 0, {"synthetic": {"records": 1000, "seed": 0}})
+>>> r = stage_resources("measure", e)
+>>> BASE_MEM_MB <= r["mem_mb"] < 1000, r["runtime"] >= 5
+(True, True)
+>>> retry(r["mem_mb"], 2) == 2 * r["mem_mb"]
+True
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .cache import BASE_MEM_MB, estimate_decompose_mem_mb, runtime_minutes
+
+__all__ = ["stage_resources", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
+
+STAGES = ("allocate", "measure", "reconstruct", "evaluate", "release", "aggregate", "paper")
+
+# bytes per entry held at once (measured; see the module docstring)
+VIEW_TABLE_BYTES = 8 * 6  # a view's marginal / table and its working copies (B x, X^+ B^T y, CSV)
+ANSWER_BYTES = 8 * 4  # per answer of the largest view: answers, variances and their copies
+RECORD_BYTES = 8 * 3  # per record and attribute: the int64 table, a column copy, the encoded cells
+CSV_BYTES_FACTOR = 6  # pandas' parse of a CSV file, per byte of the file
+PANDAS_MB = 120  # importing pandas and pyarrow (a CSV data set only)
+FULL_DOMAIN_BYTES = 8 * 6  # per cell of a whole-workload method's full data vector
+MM_DENSE_ARRAYS = 8  # mm's dense solve over the full domain (<= its max_dense_cells)
+MM_MAX_CELLS = 2500
+# HDMM holds the workload as Kronecker terms (one per workload view, an n x n matrix per attribute):
+# its allocate job peaked at 3.1-3.2 x (views x sum n^2 x 8 bytes) above the process (Table 4's
+# [50]^40 prefix:1,2: 2.0 GB; loans hybrid:1,2,3: 0.43 GB)
+HDMM_ALLOCATE_COPIES = 4
+HDMM_STAGE_COPIES = 2
+SOLUTION_COPIES = 1.25  # a plan's solutions as read from their files and held by the plan (Table 4's
+# random:1,2 over [20]^40: 780 dense 400-cell solutions, 998 MB, allocate peaked at 985 MB)
+SECONDS_PER_MB = 0.05  # time limit: per MB touched, on top of the job's start
+DECOMPOSE_SECONDS_PER_MB = 0.3  # random:1,2 over [20]^40: 1.35 GB in 30 s alone, 162 s on a loaded machine
+MATPLOTLIB_MB = 100  # aggregate and paper_table draw figures
+METRICS_MB = 0.05  # per experiment's metrics read by aggregate / paper_table
+
+
+def retry(value: float, attempt: int) -> int:
+    """A request on the given attempt: doubled on each retry (``attempt`` counts from 1)."""
+    return int(math.ceil(value * 2 ** (max(int(attempt), 1) - 1)))
+
+
+def decompose_runtime_minutes(mem_mb: float) -> int:
+    """Time limit of a decompose job from its memory estimate (the Grams it builds): its start plus
+    ``SECONDS_PER_MB`` per MB built."""
+    return runtime_minutes(5.0 + DECOMPOSE_SECONDS_PER_MB * max(mem_mb - BASE_MEM_MB, 0.0))
+
+
+def records_shape(data: dict) -> tuple[int, float, bool]:
+    """(records, file MB, is a CSV file) of an experiment's data set config (its resolved source)."""
+    from .datasets import resolve_data_source
+
+    if not data:
+        return 0, 0.0, False
+    src = resolve_data_source(data)
+    if src["kind"] == "csv":
+        size = os.path.getsize(src["path"])
+        with open(src["path"], "rb") as fh:
+            head = fh.read(1 << 16)
+        per_row = max(len(head) / max(head.count(b"\n"), 1), 1.0)
+        return int(size / per_row) + 1, size / 2**20, True
+    return int(src.get("records", 0)), 0.0, False
+
+
+def _workload(experiment):
+    from ..schema import parse_schema
+    from ..workload import parse_workload
+
+    schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
+    return parse_workload(experiment.workload, schema)
+
+
+def _largest_view_mb(workload) -> float:
+    """MB of the largest view one streaming stage holds: its table, its answers and, for a
+    non-product view, its query matrix (answers x cells)."""
+    sizes = workload.schema.sizes
+    largest = 0.0
+    for v in workload.views:
+        cells = math.prod(sizes[i] for i in v.attrs)
+        answers = workload.view_count(v)
+        held = VIEW_TABLE_BYTES * cells + ANSWER_BYTES * answers + (0 if v.factors else 8.0 * answers * cells)
+        largest = max(largest, held)
+    return largest / 2**20
+
+
+def _query_factor_mb(workload) -> float:
+    """MB of re-deriving the query factors of a plan's views held over them (non-product views with
+    fewer queries than cells, :mod:`querysmasher.queryfactor`): their subquery matrices, as decompose
+    builds them (views with as many queries as cells, e.g. random, keep their Grams in the plan)."""
+    from .cache import DECOMPOSE_HELD_FACTOR
+
+    sizes_all = workload.schema.sizes
+    seen: set = set()
+    held = largest = 0.0
+    for v in workload.views:
+        if v.factors:
+            continue
+        sizes = tuple(sizes_all[i] for i in v.attrs)
+        c, rows = math.prod(sizes), workload.view_count(v)
+        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        if rows >= c or key in seen:
+            continue
+        seen.add(key)
+        held += rows * c * 8.0
+        largest = max(largest, 3.0 * rows * c * 8.0)
+    return (DECOMPOSE_HELD_FACTOR * held + largest) / 2**20
+
+
+def _kron_workload_mb(workload, copies: float) -> float:
+    """MB of ``copies`` of a workload held as Kronecker terms: per view, n x n per attribute."""
+    return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
+
+
+def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
+    """``{"mem_mb", "runtime"}`` of one job of ``stage`` for ``experiment`` (a
+    :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
+    (the solutions the plan holds) and whether the experiment is measured (released)."""
+    from ..methods import get_method
+
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+    w = _workload(experiment)
+    whole = get_method(experiment.method).whole_workload
+    full_cells = math.prod(w.schema.sizes)
+    mb = 0.0
+    # the plan: its solutions, and the decomposition that re-derives query-factor views
+    if stage == "evaluate" and not measured:  # plan only: evaluate reads the plan's stored summary
+        return {"mem_mb": BASE_MEM_MB, "runtime": runtime_minutes(5.0)}
+    if not whole:
+        mb += _query_factor_mb(w)
+        subs = (manifest or {}).get("subproblems", [])
+        mb += SOLUTION_COPIES * sum(float(s.get("cost", {}).get("result_mb", 0.0)) for s in subs)
+        if stage == "allocate" and experiment.objective != "sum":  # the max objective re-solves every view here
+            mb += max((float(s.get("cost", {}).get("work_mb", 0.0)) for s in subs), default=0.0)
+    elif stage == "allocate":
+        if experiment.method == "mm":
+            c = min(full_cells, MM_MAX_CELLS)
+            mb += MM_DENSE_ARRAYS * 8.0 * c * c / 2**20
+        else:  # hdmm and planner plugins: the workload's Kronecker terms, n x n per attribute each
+            mb += _kron_workload_mb(w, HDMM_ALLOCATE_COPIES)
+    if stage == "allocate" or (stage in ("measure", "reconstruct", "evaluate", "release") and measured):
+        # one view at a time: allocate's predicted per-query variances too (Table 4's circular:1,2
+        # over [50]^40, 6.25 million queries per view: allocate peaked at 289 MB)
+        mb += _largest_view_mb(w)
+        if whole and stage != "allocate":  # the full data vector (measured HDMM plans only)
+            from ..hdmm.plan import MAX_DOMAIN_CELLS
+
+            mb += FULL_DOMAIN_BYTES * min(full_cells, MAX_DOMAIN_CELLS) / 2**20 + _kron_workload_mb(w, HDMM_STAGE_COPIES)
+    if stage in ("measure", "evaluate", "release") and measured:
+        records, file_mb, csv = records_shape(getattr(experiment, "data", None) or {})
+        mb += RECORD_BYTES * records * len(w.schema.sizes) / 2**20
+        if csv:
+            mb += PANDAS_MB + CSV_BYTES_FACTOR * file_mb
+    mem = BASE_MEM_MB + mb
+    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + SECONDS_PER_MB * mb)}
+
+
+def grid_resources(stage: str, experiments: int) -> dict:
+    """``{"mem_mb", "runtime"}`` of a whole-grid job (``aggregate``, ``paper``): it reads every
+    experiment's metrics file and draws figures.
+
+    >>> grid_resources("aggregate", 10)["mem_mb"] < 1000
+    True
+    """
+    if stage not in ("aggregate", "paper"):
+        raise ValueError(f"not a whole-grid stage: {stage!r}")
+    mb = MATPLOTLIB_MB + METRICS_MB * experiments
+    return {"mem_mb": int(math.ceil(BASE_MEM_MB + mb)), "runtime": runtime_minutes(5.0 + 0.05 * experiments)}
+
+
+def release_resources(spec) -> dict:
+    """``{"mem_mb", "runtime"}`` of a ``release`` job (a :class:`querysmasher.release.ReleaseSpec`):
+    it plans the spec's tables (their decomposition), reads the custodian's CSV file and streams the
+    views as measure and reconstruct do."""
+    from ..release import release_workload
+    from ..schema import parse_schema
+
+    w = release_workload(spec.tables, parse_schema(spec.domain))
+    records, file_mb, _ = records_shape({"csv": spec.data})
+    mb = (estimate_decompose_mem_mb(w) - BASE_MEM_MB) + _largest_view_mb(w)
+    mb += RECORD_BYTES * records * len(w.schema.sizes) / 2**20 + PANDAS_MB + CSV_BYTES_FACTOR * file_mb
+    return {"mem_mb": int(math.ceil(BASE_MEM_MB + mb)), "runtime": runtime_minutes(5.0 + SECONDS_PER_MB * mb)}
