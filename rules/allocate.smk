@@ -26,6 +26,8 @@ rule allocate:
         f"{R}/{{experiment}}/logs/allocate.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
+    group:
+        experiment_group
     resources:
         mem_mb=lambda wc: 4000 if whole_workload(wc) else 2000,  # a whole-workload method plans here
         runtime=lambda wc: 120 if whole_workload(wc) else 30,

@@ -95,6 +95,44 @@ wildcard_constraints:
     name=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
 
+# --------------------------------------------------------------------------- grouped submission
+# On a cluster each rule instance would be one submitted job: a second of Python start-up that
+# waits in the queue. Rules carry a `group:` so that profiles/slurm runs GROUP_JOBS decompose
+# jobs, experiment chains or batches of cheap solves per submission (local runs ignore groups).
+# The chunk is part of the group id, fixed by the job's name, so that Snakemake's
+# --group-components (which this Snakemake re-applies on every DAG update after a checkpoint and
+# would then merge already merged groups, snakemake/snakemake#1628) can only ever gather one
+# chunk: a group id `experiment3` holds experiments 48..63 of the sorted grid, whatever happens.
+GROUP_JOBS = int(config["cluster"]["group_jobs"])
+_PROBLEM_INDEX = {name: i for i, name in enumerate(sorted(PROBLEMS))}
+_EXPERIMENT_INDEX = {name: i for i, name in enumerate(sorted(EXPERIMENTS))}
+_SOLVE_BUCKETS = {}
+
+
+def _chunk_group(kind, index, tag=""):
+    gid = f"{kind}{tag}{index // GROUP_JOBS}"
+    workflow.parent_groupids[gid] = kind  # the profile's group-components KIND=N covers every chunk
+    return gid
+
+
+def prepare_group(wildcards):
+    return _chunk_group("prepare", _PROBLEM_INDEX.get(wildcards.problem, 0))
+
+
+def experiment_group(wildcards):
+    return _chunk_group("experiment", _EXPERIMENT_INDEX.get(wildcards.experiment, 0))
+
+
+def solve_batch_group(wildcards):
+    """Batches of cheap solves: a bucket of the batch id's hash, the number of buckets fixed (per
+    solve folder) when its first batch is grouped, so that a bucket holds about GROUP_JOBS batches."""
+    ns = wildcards.ns
+    if ns not in _SOLVE_BUCKETS:
+        known = sum(1 for (n, fid) in solve_index() if n == ns and fid.startswith("batch-"))
+        _SOLVE_BUCKETS[ns] = max(1, -(-known // GROUP_JOBS))
+    return _chunk_group("cheap_solves", int(wildcards.bid[:8], 16) % _SOLVE_BUCKETS[ns] * GROUP_JOBS, tag=f"_{ns}_")
+
+
 def experiment_of(wildcards):
     try:
         return EXPERIMENTS[wildcards.experiment]

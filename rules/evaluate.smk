@@ -33,6 +33,8 @@ rule evaluate:
         lib=lib("evaluate"),
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",
+    group:
+        experiment_group
     resources:
         mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
         runtime=60,

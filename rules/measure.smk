@@ -18,6 +18,8 @@ rule measure:
         f"{R}/{{experiment}}/logs/measure.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/measure.tsv"
+    group:
+        experiment_group
     resources:
         mem_mb=plan_reader_mem_mb(2000),  # loading the plan may decompose its workload
         runtime=30,

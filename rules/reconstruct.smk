@@ -16,6 +16,8 @@ rule reconstruct:
         f"{R}/{{experiment}}/logs/reconstruct.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
+    group:
+        experiment_group
     resources:
         mem_mb=plan_reader_mem_mb(4000),  # loading the plan may decompose its workload
         runtime=60,
