@@ -98,20 +98,22 @@ wildcard_constraints:
 # --------------------------------------------------------------------------- grouped submission
 # On a cluster each rule instance would be one submitted job: a second of Python start-up that
 # waits in the queue. Rules carry a `group:` so that profiles/slurm runs about GROUP_JOBS decompose
-# jobs, experiment chains or batches of cheap solves per submission (local runs ignore groups).
+# jobs or experiment chains per submission (local runs ignore groups). Solve batches are not
+# grouped: with this Snakemake, grouped batches running while a later decompose chunk finished
+# crashed the controller (KeyError in DAG.update_ready, Table 2 on the test cluster); a batch
+# already holds up to solve.batch_size subproblems.
 # A group's members must all be known when it is first formed: Snakemake re-forms groups on every
 # DAG update after a checkpoint, and a group that grows after it was submitted is submitted again
 # with the jobs it already ran (and --group-components re-merges merged groups,
 # snakemake/snakemake#1628). So the chunk is part of the group id and follows the checkpoints:
-# the problems are decomposed GROUP_JOBS per job (chunk c), and the experiments and the cheap
-# solve batches that chunk c reveals form the groups of chunk c, cut GROUP_JOBS at a time.
+# the problems are decomposed GROUP_JOBS per job (chunk c), and the experiments that chunk c
+# reveals form the groups of chunk c, cut GROUP_JOBS at a time.
 GROUP_JOBS = int(config["cluster"]["group_jobs"])
 _PROBLEM_CHUNK = {name: i // GROUP_JOBS for i, name in enumerate(sorted(PROBLEMS))}
 _EXPERIMENT_GROUP = {}
 for _c in sorted(set(_PROBLEM_CHUNK.values())):
     _members = sorted(n for n, e in EXPERIMENTS.items() if _PROBLEM_CHUNK[e.problem] == _c)
     _EXPERIMENT_GROUP.update({n: f"{_c}_{k // GROUP_JOBS}" for k, n in enumerate(_members)})
-_SOLVE_GROUP = {}
 
 
 def _group_id(kind, chunk, tag=""):
@@ -126,21 +128,6 @@ def prepare_group(wildcards):
 
 def experiment_group(wildcards):
     return _group_id("experiment", _EXPERIMENT_GROUP.get(wildcards.experiment, "0_0"))
-
-
-def solve_batch_group(wildcards):
-    """Cheap solve batches, by the problem chunk whose decomposition listed them and then
-    GROUP_JOBS batches (of one solve folder) at a time, numbered when the chunk's manifests appear."""
-    key = (wildcards.ns, f"batch-{wildcards.bid}")
-    if key not in _SOLVE_GROUP:
-        index = solve_index()
-        chunk_of = lambda k: _PROBLEM_CHUNK.get(os.path.basename(os.path.dirname(index[k]["workload"] or "")), 0)
-        chunk = chunk_of(key) if key in index else 0
-        mates = sorted(k for k in index if k[0] == key[0] and k[1].startswith("batch-") and k not in _SOLVE_GROUP and chunk_of(k) == chunk)
-        for pos, k in enumerate(mates):
-            _SOLVE_GROUP[k] = f"{chunk}_{pos // GROUP_JOBS}"
-        _SOLVE_GROUP.setdefault(key, f"{chunk}_x")
-    return _group_id("cheap_solves", _SOLVE_GROUP[key], tag=f"_{wildcards.ns}_")
 
 
 def experiment_of(wildcards):
