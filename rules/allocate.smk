@@ -26,6 +26,8 @@ rule allocate:
         f"{R}/{{experiment}}/logs/allocate.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
+    group:
+        experiment_group
     resources:
         # what the job holds (querysmasher.pipeline.resources: the solutions, or a whole-workload
         # method's strategy, which plans here); a planner's time is not estimated: 2 hours for those

@@ -95,6 +95,41 @@ wildcard_constraints:
     name=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
 
+# --------------------------------------------------------------------------- grouped submission
+# On a cluster each rule instance would be one submitted job: a second of Python start-up that
+# waits in the queue. Rules carry a `group:` so that profiles/slurm runs about GROUP_JOBS decompose
+# jobs or experiment chains per submission (local runs ignore groups). Solve batches are not
+# grouped: with this Snakemake, grouped batches running while a later decompose chunk finished
+# crashed the controller (KeyError in DAG.update_ready, Table 2 on the test cluster); a batch
+# already holds up to solve.batch_size subproblems.
+# A group's members must all be known when it is first formed: Snakemake re-forms groups on every
+# DAG update after a checkpoint, and a group that grows after it was submitted is submitted again
+# with the jobs it already ran (and --group-components re-merges merged groups,
+# snakemake/snakemake#1628). So the chunk is part of the group id and follows the checkpoints:
+# the problems are decomposed GROUP_JOBS per job (chunk c), and the experiments that chunk c
+# reveals form the groups of chunk c, cut GROUP_JOBS at a time.
+GROUP_JOBS = int(config["cluster"]["group_jobs"])
+_PROBLEM_CHUNK = {name: i // GROUP_JOBS for i, name in enumerate(sorted(PROBLEMS))}
+_EXPERIMENT_GROUP = {}
+for _c in sorted(set(_PROBLEM_CHUNK.values())):
+    _members = sorted(n for n, e in EXPERIMENTS.items() if _PROBLEM_CHUNK[e.problem] == _c)
+    _EXPERIMENT_GROUP.update({n: f"{_c}_{k // GROUP_JOBS}" for k, n in enumerate(_members)})
+
+
+def _group_id(kind, chunk, tag=""):
+    gid = f"{kind}{tag}{chunk}"
+    workflow.parent_groupids[gid] = kind  # the profile's group-components KIND=N covers every chunk
+    return gid
+
+
+def prepare_group(wildcards):
+    return _group_id("prepare", _PROBLEM_CHUNK.get(wildcards.problem, 0))
+
+
+def experiment_group(wildcards):
+    return _group_id("experiment", _EXPERIMENT_GROUP.get(wildcards.experiment, "0_0"))
+
+
 def experiment_of(wildcards):
     try:
         return EXPERIMENTS[wildcards.experiment]

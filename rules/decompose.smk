@@ -33,6 +33,8 @@ checkpoint decompose:
         f"{R}/problems/{{problem}}/logs/decompose.log",
     benchmark:
         f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
+    group:
+        prepare_group
     resources:
         mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
         runtime=decompose_runtime,

@@ -35,6 +35,8 @@ rule evaluate:
         f"{R}/{{experiment}}/logs/evaluate.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/evaluate.tsv"
+    group:
+        experiment_group
     resources:
         # the plan, the records and one view's answers at a time (released), or the plan's summary
         mem_mb=stage_resource("evaluate", "mem_mb"),

@@ -18,6 +18,8 @@ rule measure:
         f"{R}/{{experiment}}/logs/measure.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/measure.tsv"
+    group:
+        experiment_group
     resources:
         # the plan (and the decomposition re-deriving its query factors), the records, one view at a time
         mem_mb=stage_resource("measure", "mem_mb"),

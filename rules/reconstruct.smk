@@ -16,6 +16,8 @@ rule reconstruct:
         f"{R}/{{experiment}}/logs/reconstruct.log",
     benchmark:
         f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
+    group:
+        experiment_group
     resources:
         # the plan (and the decomposition re-deriving its query factors), one view at a time
         mem_mb=stage_resource("reconstruct", "mem_mb"),

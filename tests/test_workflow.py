@@ -34,7 +34,7 @@ HAVE_SNAKEMAKE = shutil.which("snakemake") is not None or subprocess.run(
     [sys.executable, "-c", "import snakemake"], capture_output=True
 ).returncode == 0
 needs_snakemake = pytest.mark.skipif(not HAVE_SNAKEMAKE, reason="snakemake is not installed (pip install -e '.[workflow]')")
-JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$", re.M)
+JOB_LINE = re.compile(r"^\s*(?:local)?(?:rule|checkpoint) (\w+):$", re.M)  # dry runs indent the jobs of a group
 
 TINY = {
     "schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"synthetic": {"records": 300, "seed": 1}}}},

@@ -40,3 +40,10 @@ def test_real_workflow_runs_on_slurm(slurm_cluster, tmp_path):
         assert metrics["predicted_rmse"] == pytest.approx(expected, rel=1e-9)
         assert (exp / "answers.h5").is_file() and (exp / "measurements.h5").is_file()
     assert (tmp_path / "results" / "tables" / "rmse.csv").is_file()
+    # grouped submission (profiles/slurm, rules/common.smk): the decompose jobs go in one
+    # submission, each experiment chain (allocate, measure, reconstruct, evaluate) in one; counted
+    # against the rule instances that ran (one benchmark file each)
+    submitted = log.count("has been submitted with SLURM jobid")
+    ran = len(list((tmp_path / "results").rglob("benchmarks/**/*.tsv")))
+    assert "Group job prepare0" in log and "Group job experiment0_0" in log
+    assert 0 < submitted <= ran / 2, (submitted, ran)
