@@ -263,9 +263,11 @@ def optimise(
     *,
     target_gap: float = DEFAULT_TARGET_GAP,
     max_iterations: int = 20000,
-    round_iterations: int = 300,
+    round_iterations: int = 1000,
     max_seconds: float = 3600.0,
-    mu_factor: float = 0.2,
+    mu_factor: float = 0.3,
+    method: str = "auto",
+    newton_iterations: int = 30,
 ) -> Solution:
     """Descend from (factors, shares, tau) until the certified gap is at most ``target_gap`` (or the
     iteration or time limit); the best point seen is returned with its certificate."""
@@ -276,14 +278,17 @@ def optimise(
     it = 0
     best = None
     mu = None
+    stalls = 0
+    rounds = 0
     while True:
         _, fs, s, t, tau_ = par.point(x)
         obj, low = certificate(problem, [f for f, _ in fs], t, tau_)
+        # any point's bound bounds the optimum: keep the best bound and the best point
         if best is None or obj < best[0]:
-            best = (obj, low, x.copy())
+            best = (obj, max(low, best[1]) if best else low, x.copy())
         else:
             best = (best[0], max(best[1], low), best[2])
-        lowb = max(b for b in [best[1], low])
+        lowb = best[1]
         gap = (best[0] - lowb) / best[0]
         history.append((it, best[0], lowb))
         log.info("qsplus: iteration %d, objective %.8g, bound %.8g, gap %.2e, %.1f s", it, best[0], lowb, gap, time.perf_counter() - t0)
@@ -294,11 +299,23 @@ def optimise(
         else:
             mu *= mu_factor
         par.mu = mu
-        r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
-                                    options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "trust-krylov")
+        rounds += 1
+        if how == "lbfgs":
+            r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
+                                        options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+        else:
+            def hessp(z, p, _f=par.fun):
+                h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)
+                return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
+            r = scipy.optimize.minimize(par.fun, x, jac=True, hessp=hessp, method=how,
+                                        options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
         log.debug("round: mu %.3g, %d iterations, %s", mu, r.nit, r.message)
         it += int(r.nit)
         if not np.all(np.isfinite(r.x)):
+            break
+        stalls = stalls + 1 if r.nit == 0 else 0
+        if stalls >= 3:
             break
         x = r.x
         # re-normalise the factors' rows (the parametrisation is scale-free per row)
