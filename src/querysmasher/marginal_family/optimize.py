@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Solution", "start_from_residual_plan", "optimise", "certificate", "DEFAULT_TARGET_GAP", "JITTER"]
 
 DEFAULT_TARGET_GAP = 1e-4
+SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
 JITTER = 1e-9  # C <- (1 - JITTER) C + JITTER I at the start: a full-rank factor for every view
 
 
@@ -267,10 +268,80 @@ def optimise(
     max_seconds: float = 3600.0,
     mu_factor: float = 0.3,
     method: str = "auto",
-    newton_iterations: int = 30,
+    newton_iterations: int = 20,
+    cg_iterations: int = 40,
+    mu_start: float = 1e-3,
 ) -> Solution:
     """Descend from (factors, shares, tau) until the certified gap is at most ``target_gap`` (or the
     iteration or time limit); the best point seen is returned with its certificate."""
+    from contextlib import nullcontext
+
+    from ..linalg import single_threaded_blas
+
+    # small blocks: threaded BLAS only adds overhead (and on a loaded machine, a lot of it)
+    small = max(v.cells for v in problem.views) <= SINGLE_THREAD_CELLS and problem.lower_dim <= 4 * SINGLE_THREAD_CELLS
+    with single_threaded_blas() if small else nullcontext():
+        return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
+
+
+@dataclass
+class _Result:
+    x: np.ndarray
+    nit: int
+    message: str
+
+
+def _truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
+    """Newton steps with the Hessian applied by central differences of the gradient, the Newton
+    system solved by at most ``cg_iterations`` conjugate-gradient steps (stopped on negative
+    curvature), and a backtracking (Armijo) line search."""
+    f, g = fun(x)
+    nit = 0
+    for nit in range(1, iterations + 1):
+        gn = float(np.linalg.norm(g))
+        if not math.isfinite(f) or gn == 0:
+            break
+
+        def hv(p):
+            h = 1e-6 * max(1.0, float(np.linalg.norm(x))) / max(float(np.linalg.norm(p)), 1e-300)
+            return (fun(x + h * p)[1] - fun(x - h * p)[1]) / (2 * h)
+
+        d = np.zeros_like(x)
+        r = -g
+        p = r.copy()
+        rr = float(r @ r)
+        eta = min(0.5, math.sqrt(gn / max(abs(f), 1e-300)))
+        for j in range(cg_iterations):
+            hp = hv(p)
+            php = float(p @ hp)
+            if php <= 0:
+                if j == 0:
+                    d = -g
+                break
+            a = rr / php
+            d = d + a * p
+            r = r - a * hp
+            rr_new = float(r @ r)
+            if math.sqrt(rr_new) <= eta * gn:
+                break
+            p = r + (rr_new / rr) * p
+            rr = rr_new
+        slope = float(g @ d)
+        if slope >= 0:
+            d, slope = -g, -gn * gn
+        t = 1.0
+        for _ in range(40):
+            fn, gnew = fun(x + t * d)
+            if math.isfinite(fn) and fn <= f + 1e-4 * t * slope:
+                break
+            t *= 0.5
+        else:
+            return _Result(x, nit - 1, "line search failed")
+        x, f, g = x + t * d, fn, gnew
+    return _Result(x, nit, "iterations")
+
+
+def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start) -> Solution:
     t0 = time.perf_counter()
     par = _Param(problem, factors, shares, tau)
     x = par.x0
@@ -295,15 +366,17 @@ def optimise(
         if gap <= target_gap or it >= max_iterations or time.perf_counter() - t0 > max_seconds:
             break
         if mu is None:
-            mu = 1e-3 * best[0] / sum(v.cells for v in problem.views)
+            mu = mu_start * best[0] / sum(v.cells for v in problem.views)
         else:
             mu *= mu_factor
         par.mu = mu
-        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "trust-krylov")
+        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "newton")
         rounds += 1
         if how == "lbfgs":
             r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
                                         options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+        elif how == "newton":
+            r = _truncated_newton(par.fun, x, newton_iterations, cg_iterations)
         else:
             def hessp(z, p, _f=par.fun):
                 h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)

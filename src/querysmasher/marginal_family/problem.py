@@ -140,14 +140,15 @@ class MarginalProblem:
             kk = ainv @ b
             elim.append((ainv, kk, c - b.T @ kk))
         el = (lambda k: elim[0]) if self.tied else (lambda k: elim[k])
-        s = np.zeros((self.lower_dim, self.lower_dim))
-        for k, v in enumerate(self.views):
-            s[np.ix_(v.low_glob, v.low_glob)] += el(k)[2]
+        s = self._scatter([e[2] for e in elim])
         mm = self.m0.copy()
         js: list[np.ndarray] = [None] * nv  # (G R)[top_g, jcols_g]
         f = 0.0
-        for k, v in enumerate(self.views):
-            f += float(np.sum(v.gtt * el(k)[0]))
+        if self.tied:  # every view has the same top Gram and the same A^-1
+            f += nv * float(np.sum(self.views[0].gtt * elim[0][0]))
+        else:
+            for k, v in enumerate(self.views):
+                f += float(np.sum(v.gtt * el(k)[0]))
         if self.local and self.tied:
             b0 = self.blocks[0]
             ainv, kk, _ = elim[0]
@@ -155,8 +156,7 @@ class MarginalProblem:
             wr = b0.w @ r
             ml = r.T @ wr
             j0 = wr[b0.tops[0][1]]
-            for k, v in enumerate(self.views):
-                mm[np.ix_(v.low_glob, v.low_glob)] += ml
+            mm += self._scatter([ml])
             js = [j0] * nv
         else:
             jacc = [np.zeros((len(v.top), len(v.jcols))) for v in self.views]
@@ -187,8 +187,10 @@ class MarginalProblem:
             ainv, kk, _ = elim[0]
             v0 = self.views[0]
             if self.local:
-                qsum = sum(q[np.ix_(v.low_glob, v.low_glob)] for v in self.views)
-                psum = sum(p[np.ix_(v.low_glob, v.low_glob)] for v in self.views)
+                k0 = len(v0.low_glob)
+                flat, _ = self._flat()
+                qsum = q.ravel()[flat].reshape(nv, k0, k0).sum(axis=0)
+                psum = p.ravel()[flat].reshape(nv, k0, k0).sum(axis=0)
                 z = self._z(ainv, kk, v0.gtt * nv, js[0], qsum, psum, v0)
             else:
                 z = sum(self._z(ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v)
@@ -200,6 +202,21 @@ class MarginalProblem:
                 z = self._z(ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v)
                 grads.append(-z / v.cells)
         return Evaluation(f, grads, dtau, {"q": q, "p": p, "m": mm})
+
+    def _flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(flat indices of every view's low x low block in the lower system, offsets per view)."""
+        if getattr(self, "_flat_cache", None) is None:
+            parts = [(v.low_glob[:, None] * self.lower_dim + v.low_glob[None, :]).ravel() for v in self.views]
+            offs = np.concatenate([[0], np.cumsum([len(x) for x in parts])])
+            self._flat_cache = (np.concatenate(parts), offs)
+        return self._flat_cache
+
+    def _scatter(self, blocks: list[np.ndarray]) -> np.ndarray:
+        """sum_g embed(block_g) over the lower system (one block shared by every view when only one is given)."""
+        flat, _ = self._flat()
+        vals = np.tile(blocks[0].ravel(), len(self.views)) if len(blocks) == 1 else np.concatenate([b.ravel() for b in blocks])
+        nl = self.lower_dim
+        return np.bincount(flat, weights=vals, minlength=nl * nl).reshape(nl, nl)
 
     @staticmethod
     def _z(ainv, kk, gtt, j, qc, pg, v: MarginalView) -> np.ndarray:
