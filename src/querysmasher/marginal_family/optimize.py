@@ -195,20 +195,36 @@ class _Param:
         return value, np.concatenate(grad_parts + [dtheta])
 
 
-def _sdp_upper(d: np.ndarray, c: np.ndarray) -> float:
+def _sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0) -> float:
     """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring)."""
     best = math.inf
     dd = np.diag(d)
     dc = np.einsum("ij,ji->i", d, c)
     scale = max(float(np.mean(np.abs(dc))), 1e-300)
     cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd]
+    floor = 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0)
+    best_lam = None
     for lam in cands:
-        lam = np.maximum(lam, 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0))
-        if not np.all(np.isfinite(lam)) or np.all(lam <= 0):
+        lam = np.maximum(lam, floor)
+        if not np.all(np.isfinite(lam)):
             continue
         s = 1.0 / np.sqrt(lam)
         top = float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1])
-        best = min(best, max(top, 0.0) * float(lam.sum()))
+        val = max(top, 0.0) * float(lam.sum())
+        if val < best:
+            best, best_lam = val, lam
+    # a few multiplicative steps towards the fixed point lambda_i / sum(lambda) = v_i^2 (v: the top
+    # eigenvector of L^-1/2 D L^-1/2); every step is a valid bound, the least is kept
+    lam = best_lam
+    for _ in range(refine if lam is not None else 0):
+        s = 1.0 / np.sqrt(lam)
+        w, v = np.linalg.eigh(d * s[:, None] * s[None, :])
+        top = v[:, -1] ** 2
+        target = np.maximum(top * lam.sum(), floor)
+        lam = np.maximum(np.sqrt(lam * target), floor)
+        s = 1.0 / np.sqrt(lam)
+        val = max(float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1]), 0.0) * float(lam.sum())
+        best = min(best, val)
     return best
 
 
@@ -266,9 +282,9 @@ def optimise(
     max_iterations: int = 20000,
     round_iterations: int = 1000,
     max_seconds: float = 3600.0,
-    mu_factor: float = 0.3,
+    mu_factor: float = 0.1,
     method: str = "auto",
-    newton_iterations: int = 20,
+    newton_iterations: int = 30,
     cg_iterations: int = 40,
     mu_start: float = 1e-3,
 ) -> Solution:
@@ -370,7 +386,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         else:
             mu *= mu_factor
         par.mu = mu
-        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "newton")
+        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "trust-krylov")
         rounds += 1
         if how == "lbfgs":
             r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
