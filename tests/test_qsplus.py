@@ -151,20 +151,17 @@ def test_gls_is_unbiased_and_its_variances_are_exact(schema, workload):
 
     truth = np.concatenate([view_queries(p.workload, v) @ marginal(v.attrs) for v in p.workload.views])
     ops = measurement_operators(p)
-    reps = 1200
+    reps = 4000
     # many draws at once: the noise callable is applied per measurement with a trailing batch axis
     ys = [m.operator @ marginal(m.attrs) for m in ops]
     batch = [y[:, None] + rng.standard_normal((len(y), reps)) * math.sqrt(m.sigma2) for y, m in zip(ys, ops)]
-    answers = []
-    for r in range(reps):
-        a = reconstruct(p, [b[:, r] for b in batch], ops=ops)
-        answers.append(np.concatenate(a.answers))
-    answers = np.array(answers)
+    a = reconstruct(p, batch, ops=ops)
+    answers = np.concatenate(a.answers).T  # draws x queries
     var = np.concatenate(a.variances)
     z = (answers.mean(axis=0) - truth) / np.sqrt(var / reps)
     assert np.max(np.abs(z)) < 5
     ratio = answers.var(axis=0) / var
-    assert np.all(np.abs(ratio - 1) < 0.2)  # 1,200 draws: sd of a ratio ~0.04
+    assert np.all(np.abs(ratio - 1) < 0.15)  # 4,000 draws: sd of a ratio ~0.022
     # the predicted total variance is the plan's
     assert a.total_variance(p.workload) == pytest.approx(p.total_variance, rel=1e-8)
     # and one release through the measure stage's noise interface (a callable here)

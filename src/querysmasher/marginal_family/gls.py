@@ -148,12 +148,14 @@ class _Solver:
     def solve(self, measurements: list[Measurement], ys: list[np.ndarray]) -> dict:
         """phî as {subset: coordinates} for every top, residual-only and lower subset."""
         p, sizes_all = self.p, self.plan.schema.sizes
-        bl = np.zeros(p.lower_dim)
         btop = {}
         bres = {}
+        batch = np.asarray(ys[0]).shape[1:]
+        bl = np.zeros((p.lower_dim,) + batch)
         for m, y in zip(measurements, ys):
             sz = tuple(sizes_all[a] for a in m.attrs)
-            r = to_residual((m.operator.T @ y)[None, :], sz)[0] / (math.sqrt(math.prod(sz)) * m.sigma2)
+            back = (m.operator.T @ np.asarray(y, dtype=float)).reshape(m.operator.shape[1], -1)
+            r = to_residual(back.T, sz).T.reshape((-1,) + batch) / (math.sqrt(math.prod(sz)) * m.sigma2)
             if m.kind == "marginal":
                 v = p.views[self.vindex[m.attrs]]
                 btop[m.attrs] = r[v.top]
@@ -195,7 +197,8 @@ class _Solver:
 
 
 def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None) -> Answers:
-    """GLS answers to every workload query with exact variances (module docstring)."""
+    """GLS answers to every workload query with exact variances (module docstring). Measurements
+    may carry a trailing batch axis (independent draws): answers and tables then carry it too."""
     ops = measurement_operators(plan) if ops is None else ops
     sol = _Solver(plan)
     phi = sol.solve(ops, measurements)
@@ -204,13 +207,14 @@ def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] 
     for v in wl.views:
         c, sz, lp, lg, tops, res = sol.view_layout(v.attrs)
         n = math.prod(sz)
-        coef = np.zeros(n)
+        batch = phi["lower"].shape[1:]
+        coef = np.zeros((n,) + batch)
         coef[lp] = phi["lower"][lg]
         for k, pos in tops:
             coef[pos] = phi["tops"][plan.views[k]]
         for s, pos in res:
             coef[pos] = phi["tops"][s]
-        table = from_residual(coef[None, :], sz)[0] / math.sqrt(n)
+        table = (from_residual(coef.reshape(n, -1).T, sz).T / math.sqrt(n)).reshape((n,) + batch)
         q = view_queries(wl, v)
         answers.append(q @ table)
         tables.append(table)
