@@ -200,3 +200,16 @@ def test_cvxpy_cross_check_on_a_tiny_case():
     prob.solve(solver="CLARABEL")
     assert prob.value == pytest.approx(p.total_variance, rel=2e-4)
     assert p.lower_bound <= prob.value * (1 + 1e-6)
+
+
+def test_views_above_the_cell_limit_keep_their_residual_mechanisms(skewed):
+    p = plan(skewed, "prefix:1+affine:2", target_gap=1e-3, max_view_cells=8)
+    assert p.views == [(0, 2), (1, 2)] and (0, 1) in p.residual_views
+    assert p.total_variance <= p.qs_total_variance * (1 + 1e-9) and p.gap <= 1e-3
+    ops = measurement_operators(p)
+    assert applied_privacy_cost(ops) == pytest.approx(1.0, rel=1e-9)
+    truth_x = np.arange(24, dtype=float)
+    ys = measure_marginals(p, lambda a: marginalise(truth_x, p.schema.sizes, a).ravel(), lambda clean, s2: clean)
+    a = reconstruct(p, ys)
+    for v, ans in zip(p.workload.views, a.answers):
+        assert np.allclose(ans, view_queries(p.workload, v) @ marginalise(truth_x, p.schema.sizes, v.attrs).ravel())

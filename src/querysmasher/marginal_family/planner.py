@@ -132,6 +132,7 @@ def plan(
     budget: Budget | None = None,
     *,
     max_view_size: int = 2,
+    max_view_cells: int | None = None,
     target_gap: float = DEFAULT_TARGET_GAP,
     tie: bool | None = None,
     max_seconds: float = 3600.0,
@@ -143,7 +144,8 @@ def plan(
 
     ``budget``: a :class:`~querysmasher.accounting.Budget` (default beta = 1; add-remove only).
     ``max_view_size``: workload views of 2..this many attributes get a marginal-space mechanism
-    (larger ones keep their ``qs`` residual mechanisms). ``tie``: one shared mechanism for all
+    (larger ones keep their ``qs`` residual mechanisms), and only those of at most ``max_view_cells``
+    cells (None: any). ``tie``: one shared mechanism for all
     views (None: when the workload is symmetric under attribute permutations). ``residual_plan``:
     a ``qs`` plan of the same workload at beta = 1 (planned here when None)."""
     t0 = time.perf_counter()
@@ -161,7 +163,7 @@ def plan(
 
         residual_plan = plan_residual(workload, "qs", QSSolver(), Budget.from_beta(1.0))
     t1 = time.perf_counter()
-    problem = build_problem(workload, residual_plan, max_view_size=max_view_size, tie=tie)
+    problem = build_problem(workload, residual_plan, max_view_size=max_view_size, max_view_cells=max_view_cells, tie=tie)
     qs_tv = float(residual_plan.total_variance * residual_plan.budget.beta)  # at beta = 1
     notes = []
     if not problem.views:

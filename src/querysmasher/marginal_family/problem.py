@@ -294,14 +294,18 @@ def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
     return True
 
 
-def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int = 2, tie: bool | None = None) -> MarginalProblem:
+def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int = 2, max_view_cells: int | None = None,
+                  tie: bool | None = None) -> MarginalProblem:
     """The marginal-family problem of ``workload``: marginal views are the workload's attribute sets
     of 2..``max_view_size`` attributes not inside another such set; ``residual_plan`` (a ``qs``
     :class:`~querysmasher.plan.Plan` at beta = 1) gives the residual-only subsets' losses and costs.
-    ``tie``: share one mechanism across views (None: when the workload is symmetric)."""
+    ``max_view_cells``: larger views keep their residual mechanisms too (their lower residuals are
+    shared with the marginal views that contain them, or stay residual-only). ``tie``: share one
+    mechanism across views (None: when the workload is symmetric)."""
     sizes_all = workload.schema.sizes
     attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
-    cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size]
+    cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size
+            and (max_view_cells is None or math.prod(sizes_all[i] for i in a) <= max_view_cells)]
     mviews_attrs = [a for a in cand if not any(set(a) < set(b) for b in cand)]
     mindex = {a: i for i, a in enumerate(mviews_attrs)}
     lower_sets = sorted({s for g in mviews_attrs for k in range(len(g)) for s in itertools.combinations(g, k)}, key=lambda a: (len(a), a))
