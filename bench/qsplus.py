@@ -8,6 +8,7 @@ so far; run one case per process for a per-case figure). Usage:
     python bench/qsplus.py --case table4-affine-10        # one named case
     python bench/qsplus.py --list                         # the named cases
     python bench/qsplus.py --schema synthetic:n=4,d=3 --workload affine:2
+    python bench/qsplus.py --case table3-cps-affine --max-view-cells 400   # big views stay residual
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ CASES = {
 }
 
 
-def run(schema: str, workload: str, target_gap: float, max_seconds: float, name: str = "") -> dict:
+def run(schema: str, workload: str, target_gap: float, max_seconds: float, name: str = "", max_view_cells: int | None = None) -> dict:
     t0 = time.perf_counter()
-    p = plan(schema, workload, Budget.from_beta(1.0), target_gap=target_gap, max_seconds=max_seconds)
+    p = plan(schema, workload, Budget.from_beta(1.0), target_gap=target_gap, max_seconds=max_seconds, max_view_cells=max_view_cells)
     out = {
         "case": name, "schema": schema, "workload": workload, "rmse": p.rmse, "qs_rmse": p.qs_rmse, "ratio": p.ratio,
         "gap": p.gap, "target_gap": target_gap, "lower_bound_rmse": math.sqrt(p.lower_bound / p.queries), "tied": p.tied,
         "marginal_views": len(p.views), "lower_dim": p.problem.lower_dim, "residual_only_views": len(p.residual_views),
-        "iterations": p.iterations, "seconds": time.perf_counter() - t0, "phase_seconds": p.phase_seconds,
+        "max_view_cells": max_view_cells, "iterations": p.iterations, "seconds": time.perf_counter() - t0, "phase_seconds": p.phase_seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "notes": p.notes,
         "machine": f"{platform.machine()} {platform.node()}",
     }
@@ -54,6 +55,7 @@ def main() -> None:
     ap.add_argument("--workload")
     ap.add_argument("--target-gap", type=float, default=1e-4)
     ap.add_argument("--max-seconds", type=float, default=1800.0)
+    ap.add_argument("--max-view-cells", type=int, default=None, help="larger views keep their qs residual mechanisms")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--out", default="bench/out/qsplus.jsonl")
     a = ap.parse_args()
@@ -68,7 +70,7 @@ def main() -> None:
         ap.error("give --case NAME (see --list) or --schema and --workload")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     for name, s, w in todo:
-        row = run(s, w, a.target_gap, a.max_seconds, name)
+        row = run(s, w, a.target_gap, a.max_seconds, name, a.max_view_cells)
         line = json.dumps(row)
         print(line, flush=True)
         with open(a.out, "a") as f:
