@@ -160,10 +160,21 @@ class MarginalProblem:
             js = [j0] * nv
         else:
             jacc = [np.zeros((len(v.top), len(v.jcols))) for v in self.views]
+            # tied (symmetric workloads): blocks of one arity are the same matrices in the same
+            # local layout, so R^T W R and W R are computed once per arity
+            cache: dict = {}
             for b in self.blocks:
-                r, cols = self._r_general(b, el)
-                wr = b.w @ r
-                mm[np.ix_(cols, cols)] += r.T @ wr
+                key = (len(b.attrs), b.w.shape, len(b.tops)) if self.tied else None
+                if key is not None and key in cache:
+                    wr, ml = cache[key]
+                    cols = np.unique(b.low_glob)
+                else:
+                    r, cols = self._r_general(b, el)
+                    wr = b.w @ r
+                    ml = r.T @ wr
+                    if key is not None:
+                        cache[key] = (wr, ml)
+                mm[np.ix_(cols, cols)] += ml
                 for o, rows in b.tops:
                     pos = np.searchsorted(self.views[o].jcols, cols)
                     jacc[o][:, pos] += wr[rows]
