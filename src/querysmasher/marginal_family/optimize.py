@@ -4,7 +4,11 @@ The problem (:class:`~.problem.MarginalProblem`) is min f(X_1..X_m, tau) subject
 sum_g max diag X_g + tau <= 1 (beta = 1; the total variance at beta is f / beta). f does not
 increase when a PSD term is added, so the diagonal of every X_g can be filled up to its largest
 entry for free: X_g = t_g C_g with C_g a correlation matrix (unit diagonal), sum t_g + tau = 1. The
-descent runs L-BFGS over C_g = F F^T (F: the rows of a square R normalised) and softmax shares.
+descent works on C_g = F F^T (F: the rows of a square R normalised) and softmax shares, with a
+log-det barrier -mu sum_g log det C_g (the optimum is typically singular: rank X = rank G on one
+affine view) whose weight falls tenfold per round: a first round of L-BFGS, then rounds of
+trust-region Newton-Krylov (Hessian products by central differences of the gradient). After every
+round the certificate below is computed; the best point and the best bound are kept.
 
 **Certificate.** f is convex and homogeneous of degree -1, so for the current X and any feasible X'
 f(X') >= f(X) + <grad f, X' - X> = 2 f(X) + <grad f, X'>, and the minimum of the last term over the
