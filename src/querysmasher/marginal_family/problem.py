@@ -292,7 +292,7 @@ def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
             return False
         w0 = items[0][1]
         scale = max(1.0, float(np.abs(w0).max()))
-        if any(w.shape != w0.shape or not np.allclose(w, w0, rtol=1e-10, atol=1e-12 * scale) for _, w in items):
+        if any(w is not w0 and (w.shape != w0.shape or not np.allclose(w, w0, rtol=1e-10, atol=1e-12 * scale)) for _, w in items):
             return False
         n = schema_sizes[used[0]]
         t = w0.reshape((n,) * (2 * k))
@@ -338,7 +338,18 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
         low = np.array([p for s in c.subsets if s != g for p in c.positions(s)], dtype=np.int64)
         views.append(MarginalView(g, sz, top, low, glob(c, low)))
 
-    grams = {a: workload_residual_gram(workload, a) for a in attr_sets}
+    # views with the same queries share one Gram array (thousands of identical 3-way views)
+    by_sig: dict = {}
+    grams = {}
+    sigs = {}
+    for a in attr_sets:
+        sig = (tuple(sizes_all[i] for i in a),) + tuple(sorted(
+            (v.family, v.factors, v.weight, v.term, (v.seed, v.attrs) if v.family in ("random", "custom") else None)
+            for v in workload.views if v.attrs == a))
+        if sig not in by_sig:
+            by_sig[sig] = workload_residual_gram(workload, a)
+        grams[a], sigs[a] = by_sig[sig], sig
+    kept_cache: dict = {}
     blocks: list[WorkloadBlock] = []
     m0 = np.zeros((lower_dim, lower_dim))
     gtt = [np.zeros((len(v.top), len(v.top))) for v in views]
@@ -356,7 +367,10 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
             continue
         keep = np.concatenate([low_pos] + [p for _, p in tops])
         remap = {int(p): i for i, p in enumerate(keep)}
-        wk = w[np.ix_(keep, keep)]
+        ck = (sigs[a], keep.tobytes())
+        if ck not in kept_cache:
+            kept_cache[ck] = w[np.ix_(keep, keep)]
+        wk = kept_cache[ck]
         lp = np.array([remap[int(p)] for p in low_pos], dtype=np.int64)
         tk = [(o, np.array([remap[int(p)] for p in pos], dtype=np.int64)) for o, pos in tops]
         gl = glob(c, low_pos)
