@@ -34,14 +34,16 @@ CASES = {
 }
 
 
-def run(schema: str, workload: str, target_gap: float, max_seconds: float, name: str = "", max_view_cells: int | None = None) -> dict:
+def run(schema: str, workload: str, target_gap: float, max_seconds: float, name: str = "", max_view_cells: int | None = None,
+        options: dict | None = None) -> dict:
     t0 = time.perf_counter()
-    p = plan(schema, workload, Budget.from_beta(1.0), target_gap=target_gap, max_seconds=max_seconds, max_view_cells=max_view_cells)
+    p = plan(schema, workload, Budget.from_beta(1.0), target_gap=target_gap, max_seconds=max_seconds, max_view_cells=max_view_cells,
+             optimiser_options=options)
     out = {
         "case": name, "schema": schema, "workload": workload, "rmse": p.rmse, "qs_rmse": p.qs_rmse, "ratio": p.ratio,
         "gap": p.gap, "target_gap": target_gap, "lower_bound_rmse": math.sqrt(p.lower_bound / p.queries), "tied": p.tied,
         "marginal_views": len(p.views), "lower_dim": p.problem.lower_dim, "residual_only_views": len(p.residual_views),
-        "max_view_cells": max_view_cells, "iterations": p.iterations, "seconds": time.perf_counter() - t0, "phase_seconds": p.phase_seconds,
+        "max_view_cells": max_view_cells, "optimiser_options": options or {}, "iterations": p.iterations, "seconds": time.perf_counter() - t0, "phase_seconds": p.phase_seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "notes": p.notes,
         "machine": f"{platform.machine()} {platform.node()}",
     }
@@ -56,6 +58,8 @@ def main() -> None:
     ap.add_argument("--target-gap", type=float, default=1e-4)
     ap.add_argument("--max-seconds", type=float, default=1800.0)
     ap.add_argument("--max-view-cells", type=int, default=None, help="larger views keep their qs residual mechanisms")
+    ap.add_argument("--method", default=None, help="optimiser: auto (default), lbfgs, trust-krylov, newton")
+    ap.add_argument("--mu-factor", type=float, default=None, help="barrier weight factor per round (default 0.1)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--out", default="bench/out/qsplus.jsonl")
     a = ap.parse_args()
@@ -70,7 +74,8 @@ def main() -> None:
         ap.error("give --case NAME (see --list) or --schema and --workload")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     for name, s, w in todo:
-        row = run(s, w, a.target_gap, a.max_seconds, name, a.max_view_cells)
+        opts = {k: v for k, v in (("method", a.method), ("mu_factor", a.mu_factor)) if v is not None}
+        row = run(s, w, a.target_gap, a.max_seconds, name, a.max_view_cells, opts)
         line = json.dumps(row)
         print(line, flush=True)
         with open(a.out, "a") as f:

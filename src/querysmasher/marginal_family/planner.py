@@ -139,6 +139,7 @@ def plan(
     max_iterations: int = 20000,
     residual_plan: Plan | None = None,
     all_numeric: bool = False,
+    optimiser_options: dict | None = None,
 ) -> MarginalPlan:
     """Plan ``workload`` in the marginal family (module docstring).
 
@@ -147,7 +148,9 @@ def plan(
     (larger ones keep their ``qs`` residual mechanisms), and only those of at most ``max_view_cells``
     cells (None: any). ``tie``: one shared mechanism for all
     views (None: when the workload is symmetric under attribute permutations). ``residual_plan``:
-    a ``qs`` plan of the same workload at beta = 1 (planned here when None)."""
+    a ``qs`` plan of the same workload at beta = 1 (planned here when None). ``optimiser_options``:
+    passed to :func:`.optimize.optimise` (``method``: "auto", "lbfgs", "trust-krylov", "newton";
+    ``mu_factor``, ``mu_start``, ``round_iterations``, ``newton_iterations``)."""
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
@@ -173,7 +176,8 @@ def plan(
     start_obj, start_low = certificate(problem, factors, shares, tau)
     if start_obj > qs_tv * (1 + 1e-9):
         notes.append(f"the folded qs start has objective {start_obj:.8g} above qs {qs_tv:.8g}")
-    sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations)
+    sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations,
+                   **(optimiser_options or {}))
     t3 = time.perf_counter()
     if sol.objective > start_obj:  # never end above the start
         sol = Solution(factors, shares, tau, start_obj, max(start_low, sol.lower_bound), sol.iterations, sol.seconds, sol.history)
