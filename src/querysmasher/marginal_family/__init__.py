@@ -1,0 +1,26 @@
+"""Marginal-space mechanisms beyond the residual family (method ``qsplus``): one Gaussian mechanism per workload view on its whole marginal.
+
+Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective,
+gradient), :mod:`.optimize` (the optimiser and its certificate), :mod:`.planner` (:func:`plan` and
+the :class:`MarginalPlan` record), :mod:`.gls` (measurement operators, noisy measurements, GLS
+answers, exact variances).
+
+Integration entry points::
+
+    p = plan(schema, workload, budget, max_view_size=2, target_gap=1e-4)   # -> MarginalPlan
+    ops = measurement_operators(p)          # what measure applies (attrs, operator, sigma2)
+    applied_privacy_cost(ops)               # the budget re-check on the applied operators
+    ys = measure_marginals(p, marginals, noise)   # marginals: {attrs: vector} or callable
+    ans = reconstruct(p, ys)                # Answers: per workload view answers, variances, tables
+"""
+
+from __future__ import annotations
+
+from .gls import Answers, Measurement, applied_privacy_cost, measure_marginals, measurement_operators, reconstruct
+from .planner import METHOD, MarginalPlan, plan
+from .problem import MarginalProblem, build_problem
+
+__all__ = [
+    "plan", "MarginalPlan", "METHOD", "build_problem", "MarginalProblem", "Measurement", "measurement_operators",
+    "applied_privacy_cost", "measure_marginals", "reconstruct", "Answers",
+]

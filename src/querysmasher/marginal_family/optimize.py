@@ -1,0 +1,422 @@
+"""The marginal-family optimiser: a start from the ``qs`` plan, quasi-Newton descent, and the certified gap.
+
+The problem (:class:`~.problem.MarginalProblem`) is min f(X_1..X_m, tau) subject to
+sum_g max diag X_g + tau <= 1 (beta = 1; the total variance at beta is f / beta). f does not
+increase when a PSD term is added, so the diagonal of every X_g can be filled up to its largest
+entry for free: X_g = t_g C_g with C_g a correlation matrix (unit diagonal), sum t_g + tau = 1. The
+descent works on C_g = F F^T (F: the rows of a square R normalised) and softmax shares, with a
+log-det barrier -mu sum_g log det C_g (the optimum is typically singular: rank X = rank G on one
+affine view) whose weight falls tenfold per round: a first round of L-BFGS, then rounds of
+trust-region Newton-Krylov (Hessian products by central differences of the gradient). After every
+round the certificate below is computed; the best point and the best bound are kept.
+
+**Certificate.** f is convex and homogeneous of degree -1, so for the current X and any feasible X'
+f(X') >= f(X) + <grad f, X' - X> = 2 f(X) + <grad f, X'>, and the minimum of the last term over the
+feasible set puts all the budget on one block: -max(max_g s(D_g), L_res / tau^2), with D_g =
+-grad_{X_g} f (PSD) and s(D) = max{<D, X'> : X' PSD, diag X' <= 1}. Any positive diagonal L with
+D <= lambda_max(L^-1/2 D L^-1/2) L bounds s(D) <= lambda_max(..) tr L (weak duality); L = diag(D C)
+(exact at the optimum by complementary slackness) and L = diag(D) are tried. The lower bound is
+2 f - max(..), the relative gap (f - bound) / f. When the views are tied (one shared mechanism,
+symmetric workloads) the bound is that of the tied problem, whose optimum is the untied one's by
+convexity and symmetry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+
+from .basis import subset_dim, view_coords
+from .problem import MarginalProblem
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Solution", "start_from_residual_plan", "optimise", "certificate", "DEFAULT_TARGET_GAP", "JITTER"]
+
+DEFAULT_TARGET_GAP = 1e-4
+SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
+JITTER = 1e-9  # C <- (1 - JITTER) C + JITTER I at the start: a full-rank factor for every view
+
+
+@dataclass
+class Solution:
+    """Per block (one per view, or one shared when tied) its correlation factor ``f`` (C = f f^T)
+    and share ``t`` (X_g = t C), the residual-only share ``tau``, the objective and the certificate."""
+
+    factors: list[np.ndarray]
+    shares: np.ndarray
+    tau: float
+    objective: float
+    lower_bound: float
+    iterations: int
+    seconds: float
+    history: list[tuple[int, float, float]]
+
+    @property
+    def gap(self) -> float:
+        return (self.objective - self.lower_bound) / self.objective if self.objective > 0 else 0.0
+
+
+def _normalise_rows(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    norms = np.linalg.norm(r, axis=1)
+    return r / norms[:, None], norms
+
+
+def _embed_residual(problem: MarginalProblem, g: tuple[int, ...], s: tuple[int, ...], ys: np.ndarray) -> np.ndarray:
+    """(n_g / n_S) embed(Y_S) in g's residual coordinates: Y_S (over S's coordinates) placed at the
+    coordinates of g whose attributes outside S are constant."""
+    sizes_all = problem.workload.schema.sizes
+    gs = tuple(sizes_all[a] for a in g)
+    ss = tuple(sizes_all[a] for a in s)
+    cells_g = math.prod(gs)
+    multi = np.array(np.unravel_index(np.arange(cells_g), gs))
+    inside = [l for l, a in enumerate(g) if a in s]
+    outside = [l for l, a in enumerate(g) if a not in s]
+    pos = np.flatnonzero(np.all(multi[outside] == 0, axis=0)) if outside else np.arange(cells_g)
+    sidx = np.ravel_multi_index(tuple(multi[inside][:, pos]), ss) if inside else np.zeros(len(pos), dtype=np.int64)
+    out = np.zeros((cells_g, cells_g))
+    out[np.ix_(pos, pos)] = ys[np.ix_(sidx, sidx)] * (cells_g / math.prod(ss))
+    return out
+
+
+def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.ndarray], np.ndarray, float]:
+    """The ``qs`` plan (beta = 1) folded into the marginal family: each measured residual view's
+    mechanism X_S / sigma_S^2 split equally over the marginal views containing S (the residual-only
+    ones keep theirs), so the Gram over the domain is the plan's and no view costs more than its
+    parts. Returns (correlation factors, shares t, tau), shares and tau summing to 1."""
+    from .basis import to_residual
+
+    sizes_all = problem.workload.schema.sizes
+    index = {s: i for i, s in enumerate(plan.views)}
+    blocks = problem.views[:1] if problem.tied else problem.views
+    factors, shares = [], []
+    for k, v in enumerate(blocks):
+        y = np.zeros((v.cells, v.cells))
+        for r in range(len(v.attrs) + 1):
+            for s in _subsets(v.attrs, r):
+                i = index.get(s)
+                if i is None or not np.isfinite(plan.allocation.sigma2[i]) or subset_dim(sizes_all, s) == 0 and s:
+                    continue
+                count = sum(1 for w in problem.views if set(s) <= set(w.attrs))
+                ss = tuple(sizes_all[a] for a in s)
+                xs = plan.solutions[plan.keys[i]].mechanism.dense_x() / plan.allocation.sigma2[i]
+                ys = to_residual(to_residual(np.atleast_2d(xs), ss).T, ss).T if s else np.atleast_2d(xs)
+                y += _embed_residual(problem, v.attrs, s, ys) / count
+        x = problem.cell_gram(k, y)
+        x = (x + x.T) / 2
+        t = float(np.diag(x).max())
+        x = x + np.diag(t - np.diag(x))  # fill the diagonal: no extra cost, f does not increase
+        c = x / t
+        c = (1 - JITTER) * c + JITTER * np.eye(v.cells)
+        factors.append(np.linalg.cholesky(c))
+        shares.append(t)
+    shares = np.array(shares)
+    tau = 0.0
+    if problem.residual_only:
+        a = plan.allocation
+        tau = float(sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only))
+    mult = len(problem.views) if problem.tied else 1
+    total = float(shares.sum() * mult + tau)
+    return factors, shares / total, tau / total
+
+
+def _subsets(attrs, r):
+    import itertools
+
+    return itertools.combinations(attrs, r)
+
+
+class _Param:
+    """Unconstrained parameters (square factors R per block, share logits) <-> (C, t, tau)."""
+
+    def __init__(self, problem: MarginalProblem, factors, shares, tau):
+        self.p = problem
+        self.sizes = [f.shape for f in factors]
+        self.mult = len(problem.views) if problem.tied else 1
+        self.has_tau = bool(problem.residual_only)
+        groups = list(np.asarray(shares) * self.mult) + ([tau] if self.has_tau else [])
+        self.theta0 = np.log(np.maximum(groups, 1e-300))
+        self.x0 = np.concatenate([f.ravel() for f in factors] + [self.theta0])
+        self.mu = 0.0
+
+    def unpack(self, x):
+        out, o = [], 0
+        for shp in self.sizes:
+            n = shp[0] * shp[1]
+            out.append(x[o:o + n].reshape(shp))
+            o += n
+        theta = x[o:]
+        e = np.exp(theta - theta.max())
+        s = e / e.sum()
+        return out, s
+
+    def point(self, x):
+        rs, s = self.unpack(x)
+        fs = [_normalise_rows(r) for r in rs]
+        t = s[: len(rs)] / self.mult
+        tau = float(s[-1]) if self.has_tau else 0.0
+        return rs, fs, s, t, tau
+
+    def fun(self, x):
+        rs, fs, s, t, tau = self.point(x)
+        ys, cs = [], []
+        for k, (f, _) in enumerate(fs):
+            c = f @ f.T
+            cs.append(c)
+            ys.append(self.p.residual_gram(k, t[k] * c))
+        ev = self.p.evaluate(ys, tau)
+        if not math.isfinite(ev.f):
+            return math.inf, np.zeros_like(x)
+        value = ev.f
+        grad_parts, dgroups = [], []
+        for k, (f, norms) in enumerate(fs):
+            gam = self.p.cell_gram(k, ev.grads[k])  # df/dX_k in the cell basis
+            gam = (gam + gam.T) / 2
+            dt = float(np.sum(gam * cs[k]))
+            dc = t[k] * gam
+            if self.mu > 0:  # barrier -mu * views * logdet C_k
+                try:
+                    ch = np.linalg.cholesky(cs[k])
+                except np.linalg.LinAlgError:
+                    return math.inf, np.zeros_like(x)
+                value -= self.mu * self.mult * 2 * float(np.log(np.diag(ch)).sum())
+                cinv = scipy.linalg.cho_solve((ch, True), np.eye(len(ch)))
+                dc = dc - self.mu * self.mult * cinv
+            gf = 2 * (dc @ f)
+            gr = (gf - np.sum(gf * f, axis=1, keepdims=True) * f) / norms[:, None]
+            grad_parts.append(gr.ravel())
+            dgroups.append(dt / self.mult)
+        if self.has_tau:
+            dgroups.append(ev.dtau)
+        dg = np.array(dgroups)
+        dtheta = s * (dg - float(np.dot(s, dg)))
+        return value, np.concatenate(grad_parts + [dtheta])
+
+
+def _sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0) -> float:
+    """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring)."""
+    best = math.inf
+    dd = np.diag(d)
+    dc = np.einsum("ij,ji->i", d, c)
+    scale = max(float(np.mean(np.abs(dc))), 1e-300)
+    cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd]
+    floor = 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0)
+    best_lam = None
+    for lam in cands:
+        lam = np.maximum(lam, floor)
+        if not np.all(np.isfinite(lam)):
+            continue
+        s = 1.0 / np.sqrt(lam)
+        top = float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1])
+        val = max(top, 0.0) * float(lam.sum())
+        if val < best:
+            best, best_lam = val, lam
+    # a few multiplicative steps towards the fixed point lambda_i / sum(lambda) = v_i^2 (v: the top
+    # eigenvector of L^-1/2 D L^-1/2); every step is a valid bound, the least is kept
+    lam = best_lam
+    for _ in range(refine if lam is not None else 0):
+        s = 1.0 / np.sqrt(lam)
+        w, v = np.linalg.eigh(d * s[:, None] * s[None, :])
+        top = v[:, -1] ** 2
+        target = np.maximum(top * lam.sum(), floor)
+        lam = np.maximum(np.sqrt(lam * target), floor)
+        s = 1.0 / np.sqrt(lam)
+        val = max(float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1]), 0.0) * float(lam.sum())
+        best = min(best, val)
+    return best
+
+
+def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float) -> tuple[float, float]:
+    """(f at the point, the dual bound from Phi = X_d^-1 G X_d^-1 at X_d = X + delta t I per view)."""
+    ys, cs = [], []
+    for k, f in enumerate(factors):
+        c = (f @ f.T + delta * np.eye(f.shape[0])) / (1 + delta)
+        cs.append(c)
+        ys.append(problem.residual_gram(k, shares[k] * c))
+    ev = problem.evaluate(ys, tau)
+    if not math.isfinite(ev.f):
+        return math.inf, 0.0
+    lres = problem.residual_loss
+    marg = ev.f - (lres / tau if lres > 0 and tau > 0 else 0.0)
+    mult = len(problem.views) if problem.tied else 1
+    mu = 0.0
+    for k in range(len(factors)):
+        d = -problem.cell_gram(k, ev.grads[k])
+        d = (d + d.T) / 2
+        mu = max(mu, _sdp_upper(d, cs[k]) / mult)
+    if mu <= 0 or not math.isfinite(mu):
+        return ev.f, 0.0
+    return ev.f, (marg + math.sqrt(lres * mu)) ** 2 / mu
+
+
+def certificate(problem: MarginalProblem, factors: list[np.ndarray], shares: np.ndarray, tau: float,
+                deltas=(0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)) -> tuple[float, float]:
+    """(objective, certified lower bound on the family's optimum) at a point.
+
+    Weak duality: for any PSD Phi over the domain and any feasible X', f_marg(X') >= 2 T - tr(Phi X')
+    with T = tr((Phi^1/2 G Phi^1/2)^1/2), and tr(Phi X') <= mu (1 - tau') with mu = max_g s(D_g)
+    (D_g: Phi seen from view g; one shared view: s(sum_g D_g) / m); L_res / tau' >= 2 sqrt(L_res mu) -
+    mu tau'. Scaling Phi optimally gives (T + sqrt(L_res mu))^2 / mu. For Phi = X_d^-1 G X_d^-1, T is
+    f_marg(X_d) and D_g is minus the gradient at X_d: any positive definite X_d gives a bound, and a
+    slightly regularised copy of the current point (X + delta t I, a few deltas) avoids the blow-up
+    of the gradient along directions where X is nearly singular."""
+    obj = None
+    best = 0.0
+    for delta in deltas:
+        f, low = _bound_at(problem, factors, shares, tau, delta)
+        if delta == 0.0:
+            obj = f
+        best = max(best, low)
+    return obj, min(best, obj)
+
+
+def optimise(
+    problem: MarginalProblem,
+    factors: list[np.ndarray],
+    shares: np.ndarray,
+    tau: float,
+    *,
+    target_gap: float = DEFAULT_TARGET_GAP,
+    max_iterations: int = 20000,
+    round_iterations: int = 1000,
+    max_seconds: float = 3600.0,
+    mu_factor: float = 0.1,
+    method: str = "auto",
+    newton_iterations: int = 30,
+    cg_iterations: int = 40,
+    mu_start: float = 1e-3,
+) -> Solution:
+    """Descend from (factors, shares, tau) until the certified gap is at most ``target_gap`` (or the
+    iteration or time limit); the best point seen is returned with its certificate."""
+    from contextlib import nullcontext
+
+    from ..linalg import single_threaded_blas
+
+    # small blocks: threaded BLAS only adds overhead (and on a loaded machine, a lot of it)
+    small = max(v.cells for v in problem.views) <= SINGLE_THREAD_CELLS and problem.lower_dim <= 4 * SINGLE_THREAD_CELLS
+    with single_threaded_blas() if small else nullcontext():
+        return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
+
+
+@dataclass
+class _Result:
+    x: np.ndarray
+    nit: int
+    message: str
+
+
+def _truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
+    """Newton steps with the Hessian applied by central differences of the gradient, the Newton
+    system solved by at most ``cg_iterations`` conjugate-gradient steps (stopped on negative
+    curvature), and a backtracking (Armijo) line search."""
+    f, g = fun(x)
+    nit = 0
+    for nit in range(1, iterations + 1):
+        gn = float(np.linalg.norm(g))
+        if not math.isfinite(f) or gn == 0:
+            break
+
+        def hv(p):
+            h = 1e-6 * max(1.0, float(np.linalg.norm(x))) / max(float(np.linalg.norm(p)), 1e-300)
+            return (fun(x + h * p)[1] - fun(x - h * p)[1]) / (2 * h)
+
+        d = np.zeros_like(x)
+        r = -g
+        p = r.copy()
+        rr = float(r @ r)
+        eta = min(0.5, math.sqrt(gn / max(abs(f), 1e-300)))
+        for j in range(cg_iterations):
+            hp = hv(p)
+            php = float(p @ hp)
+            if php <= 0:
+                if j == 0:
+                    d = -g
+                break
+            a = rr / php
+            d = d + a * p
+            r = r - a * hp
+            rr_new = float(r @ r)
+            if math.sqrt(rr_new) <= eta * gn:
+                break
+            p = r + (rr_new / rr) * p
+            rr = rr_new
+        slope = float(g @ d)
+        if slope >= 0:
+            d, slope = -g, -gn * gn
+        t = 1.0
+        for _ in range(40):
+            fn, gnew = fun(x + t * d)
+            if math.isfinite(fn) and fn <= f + 1e-4 * t * slope:
+                break
+            t *= 0.5
+        else:
+            return _Result(x, nit - 1, "line search failed")
+        x, f, g = x + t * d, fn, gnew
+    return _Result(x, nit, "iterations")
+
+
+def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start) -> Solution:
+    t0 = time.perf_counter()
+    par = _Param(problem, factors, shares, tau)
+    x = par.x0
+    history = []
+    it = 0
+    best = None
+    mu = None
+    stalls = 0
+    rounds = 0
+    while True:
+        _, fs, s, t, tau_ = par.point(x)
+        obj, low = certificate(problem, [f for f, _ in fs], t, tau_)
+        # any point's bound bounds the optimum: keep the best bound and the best point
+        if best is None or obj < best[0]:
+            best = (obj, max(low, best[1]) if best else low, x.copy())
+        else:
+            best = (best[0], max(best[1], low), best[2])
+        lowb = best[1]
+        gap = (best[0] - lowb) / best[0]
+        history.append((it, best[0], lowb))
+        log.info("qsplus: iteration %d, objective %.8g, bound %.8g, gap %.2e, %.1f s", it, best[0], lowb, gap, time.perf_counter() - t0)
+        if gap <= target_gap or it >= max_iterations or time.perf_counter() - t0 > max_seconds:
+            break
+        if mu is None:
+            mu = mu_start * best[0] / sum(v.cells for v in problem.views)
+        else:
+            mu *= mu_factor
+        par.mu = mu
+        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "trust-krylov")
+        rounds += 1
+        if how == "lbfgs":
+            r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
+                                        options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+        elif how == "newton":
+            r = _truncated_newton(par.fun, x, newton_iterations, cg_iterations)
+        else:
+            def hessp(z, p, _f=par.fun):
+                h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)
+                return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
+            r = scipy.optimize.minimize(par.fun, x, jac=True, hessp=hessp, method=how,
+                                        options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
+        log.debug("round: mu %.3g, %d iterations, %s", mu, r.nit, r.message)
+        it += int(r.nit)
+        if not np.all(np.isfinite(r.x)):
+            break
+        stalls = stalls + 1 if r.nit == 0 else 0
+        if stalls >= 3:
+            break
+        x = r.x
+        # re-normalise the factors' rows (the parametrisation is scale-free per row)
+        rs, _ = par.unpack(x)
+        o = 0
+        for rr in rs:
+            n = rr.size
+            x[o:o + n] = _normalise_rows(rr)[0].ravel()
+            o += n
+    _, fs, s, t, tau_ = par.point(best[2])
+    return Solution([f for f, _ in fs], t, tau_, best[0], history[-1][2], it, time.perf_counter() - t0, history)
