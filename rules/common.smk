@@ -98,10 +98,11 @@ wildcard_constraints:
 # --------------------------------------------------------------------------- grouped submission
 # On a cluster each rule instance would be one submitted job: a second of Python start-up that
 # waits in the queue. Rules carry a `group:` so that profiles/slurm runs about GROUP_JOBS decompose
-# jobs or experiment chains per submission (local runs ignore groups). Solve batches are not
-# grouped: with this Snakemake, grouped batches running while a later decompose chunk finished
-# crashed the controller (KeyError in DAG.update_ready, Table 2 on the test cluster); a batch
-# already holds up to solve.batch_size subproblems.
+# jobs or experiment chains per submission (local runs ignore groups). Batches of solve folders
+# shared by problems (rp, wff, qs) are not grouped: with this Snakemake, such grouped batches
+# running while a later decompose chunk finished crashed the controller (KeyError in
+# DAG.update_ready, Table 2 on the test cluster); a batch already holds up to solve.batch_size
+# subproblems. Batches of a context solver's folders (rpplus) belong to one problem: grouped.
 # A group's members must all be known when it is first formed: Snakemake re-forms groups on every
 # DAG update after a checkpoint, and a group that grows after it was submitted is submitted again
 # with the jobs it already ran (and --group-components re-merges merged groups,
@@ -128,6 +129,19 @@ def prepare_group(wildcards):
 
 def experiment_group(wildcards):
     return _group_id("experiment", _EXPERIMENT_GROUP.get(wildcards.experiment, "0_0"))
+
+
+def solve_batch_group(wildcards):
+    """Batches of a context solver's folder (rpplus: one folder per workload, so one problem):
+    all batches of the problems of one decompose chunk, known together when the chunk finishes
+    and never shared with another chunk. Batches of shared folders (rp, wff, qs) stay separate
+    jobs (see above); None leaves a job ungrouped."""
+    if "-c" not in wildcards.ns:
+        return None
+    workload = solve_entry(wildcards.ns, f"batch-{wildcards.bid}")["workload"]
+    if not workload:
+        return None
+    return _group_id("context_solves", _PROBLEM_CHUNK.get(os.path.basename(os.path.dirname(workload)), 0))
 
 
 def experiment_of(wildcards):

@@ -59,6 +59,8 @@ rule solve_batch:
         f"{R}/benchmarks/solve/{{ns}}/batch-{{bid}}.tsv"
     threads: 1
     priority: solve_priority(_batch)
+    group:
+        solve_batch_group  # on a cluster: a context solver's batches, by decompose chunk (rules/common.smk)
     resources:
         mem_mb=solve_resource(_batch, "mem_mb"),
         runtime=solve_resource(_batch, "runtime"),
