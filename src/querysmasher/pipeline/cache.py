@@ -18,7 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost", "batch_cost", "subproblem_bytes",
-    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "decompose_mem_mb",
+    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "distinct_nonproduct_views", "decompose_mem_mb",
 ]
 
 # The cost of a solve is the solver's own estimate (querysmasher.solvers.base.SolveEstimate, checked
@@ -164,6 +164,22 @@ def batch_cost(costs: list[dict], context_mb: float = 0.0, context_seconds: floa
     return {"seconds": round(total, 3), "mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(total)}
 
 
+def distinct_nonproduct_views(workload):
+    """(cells, queries) of each distinct non-product view of ``workload``, with the sharing of
+    decompose: one subquery matrix per family, sizes and term (affine, abs, custom), random views
+    one per view. Product views cost only 1-D factors and are left out."""
+    sizes_all = workload.schema.sizes
+    seen: set = set()
+    for v in workload.views:
+        if v.factors:
+            continue
+        sizes = tuple(sizes_all[i] for i in v.attrs)
+        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        if key not in seen:
+            seen.add(key)
+            yield math.prod(sizes), workload.view_count(v)
+
+
 def estimate_decompose_mem_mb(workload) -> int:
     """Peak memory (MB) of decomposing ``workload``: every distinct non-product view keeps its
     subquery factor or, when it has at least as many queries as cells (random, wide custom), its
@@ -179,19 +195,8 @@ def estimate_decompose_mem_mb(workload) -> int:
     >>> estimate_decompose_mem_mb(parse_workload("random:2", s)) > 3 * 2500 ** 2 * 8 / 2**20
     True
     """
-    sizes_all = workload.schema.sizes
-    seen: set = set()
     held = largest = 0
-    for v in workload.views:
-        if v.factors:
-            continue
-        sizes = tuple(sizes_all[i] for i in v.attrs)
-        # the same sharing as decompose: one Gram per family, sizes and term, random per view
-        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
-        if key in seen:
-            continue
-        seen.add(key)
-        c, rows = math.prod(sizes), workload.view_count(v)
+    for c, rows in distinct_nonproduct_views(workload):
         held += min(rows, c) * c * 8
         largest = max(largest, 3 * rows * c * 8)  # the query matrix and its projected copies
     return int(BASE_MEM_MB + math.ceil((DECOMPOSE_HELD_FACTOR * held + largest) / 2**20))

@@ -112,22 +112,13 @@ def _query_factor_mb(workload) -> float:
     """MB of re-deriving the query factors of a plan's views held over them (non-product views with
     fewer queries than cells, :mod:`querysmasher.queryfactor`): their subquery matrices, as decompose
     builds them (views with as many queries as cells, e.g. random, keep their Grams in the plan)."""
-    from .cache import DECOMPOSE_HELD_FACTOR
+    from .cache import DECOMPOSE_HELD_FACTOR, distinct_nonproduct_views
 
-    sizes_all = workload.schema.sizes
-    seen: set = set()
     held = largest = 0.0
-    for v in workload.views:
-        if v.factors:
-            continue
-        sizes = tuple(sizes_all[i] for i in v.attrs)
-        c, rows = math.prod(sizes), workload.view_count(v)
-        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
-        if rows >= c or key in seen:
-            continue
-        seen.add(key)
-        held += rows * c * 8.0
-        largest = max(largest, 3.0 * rows * c * 8.0)
+    for c, rows in distinct_nonproduct_views(workload):
+        if rows < c:  # views with as many queries as cells (random) keep their Grams in the plan
+            held += rows * c * 8.0
+            largest = max(largest, 3.0 * rows * c * 8.0)
     return (DECOMPOSE_HELD_FACTOR * held + largest) / 2**20
 
 
