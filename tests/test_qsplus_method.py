@@ -17,11 +17,14 @@ from querysmasher.marginal_family.files import load_marginal_plan, save_marginal
 from querysmasher.plankinds import kind_of
 
 SCHEMA, WORKLOAD = "synthetic:n=3,d=3", "affine:2"
+MIXED = "prefix:3+affine:2"  # three marginal views and one residual-only subset (the 3-way view)
 
 
 @pytest.fixture(scope="module")
 def small_plan():
-    return plan(SCHEMA, WORKLOAD, Budget.from_beta(0.8), target_gap=1e-3)
+    p = plan(SCHEMA, MIXED, Budget.from_beta(0.8), target_gap=1e-3)
+    assert p.views and p.residual_views
+    return p
 
 
 def _data(tmp_path):
@@ -61,11 +64,12 @@ def test_saved_plan_loads_equal(small_plan, tmp_path):
     assert {"rmse", "queries", "views"} <= set(s)
 
 
-def test_edited_plan_spending_more_is_refused(cli, small_plan, tmp_path):
+@pytest.mark.parametrize("field, scale", [("shares", 1.001), ("residual_sigma2", 1 / 1.001), ("factors/0", 1.001)])
+def test_edited_plan_spending_more_is_refused(cli, small_plan, tmp_path, field, scale):
     path, m = tmp_path / "p.h5", tmp_path / "m.h5"
     save_marginal_plan(small_plan, path)
     with h5py.File(path, "r+") as f:
-        f["shares"][...] = f["shares"][()] * 1.001
+        f[field][...] = f[field][()] * scale
     r = cli("measure", "--plan", str(path), "--data", str(_data(tmp_path)), "--out", str(m), "--seed", "1")
     assert r.returncode == 2 and not m.exists()
 
@@ -86,3 +90,38 @@ def test_api_make_plan():
     p = qs.make_plan(SCHEMA, WORKLOAD, method="qsplus")
     assert isinstance(p, MarginalPlan) and p.method == "qsplus"
     assert p.rmse <= p.qs_rmse * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("field, edit", [("shares", lambda d: -d), ("residual_sigma2", lambda d: d * np.nan), ("factor_of", lambda d: d + 5)])
+def test_corrupt_plan_field_is_one_input_error_naming_it(small_plan, tmp_path, field, edit):
+    from querysmasher.errors import InputError
+
+    path = tmp_path / "p.h5"
+    save_marginal_plan(small_plan, path)
+    with h5py.File(path, "r+") as f:
+        data = f[field][()]
+        del f[field]
+        f[field] = edit(data)
+    with pytest.raises(InputError, match=field):
+        load_marginal_plan(path)
+
+
+def test_measurements_of_the_wrong_length_are_refused(small_plan, tmp_path):
+    from querysmasher.data import validate_records
+    from querysmasher.errors import InputError
+    from querysmasher.marginal_family.release import measure_marginal_to_file, reconstruct_marginal_to_file
+
+    records = validate_records(pd.read_csv(_data(tmp_path)), small_plan.schema)
+    m = tmp_path / "m.h5"
+    measure_marginal_to_file(small_plan, records, np.random.default_rng(0), m, plan_sha256="x")
+    with h5py.File(m, "r+") as f:
+        y = f["measurements/0"][()]
+        del f["measurements/0"]
+        f["measurements/0"] = y[:-1]
+    with pytest.raises(InputError, match="measurements/0|0"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x")
+    assert not (tmp_path / "a.h5").exists()
+    with pytest.raises(InputError, match="different plan"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="y")
+    with pytest.raises(InputError, match="csv"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x", csv_dir=str(tmp_path))
