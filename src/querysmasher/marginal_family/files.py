@@ -109,6 +109,8 @@ def load_marginal_plan(path: str | Path):
         if not all(isinstance(n, str) for n in notes):
             raise r.bad(f, "notes", notes, "must be a list of strings", attr=True)
         seconds = r.json_attr(f, "phase_seconds")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in seconds.values()):
+            raise r.bad(f, "phase_seconds", seconds, "must map phases to non-negative seconds", attr=True)
         views = _attr_lists(f, "views", len(schema))
         residual_views = _attr_lists(f, "residual_views", len(schema))
         # the deterministic qs plan at beta = 1 and the problem, rebuilt with the stored options
@@ -125,8 +127,10 @@ def load_marginal_plan(path: str | Path):
         if len(r.indexed_members(g, "one factor per distinct mechanism")) != n_factors:
             raise r.bad(g, "", len(r.members(g)), f"must hold {n_factors} factors")
         factors = []
+        if problem.tied != tie or sorted(set(factor_of.tolist())) != list(range(n_factors)):
+            raise r.bad(f, "factor_of", factor_of.tolist(), f"must use each of the {n_factors} factors")
         for i in range(n_factors):
-            k = int(np.flatnonzero(factor_of == i)[0]) if np.any(factor_of == i) else 0
+            k = int(np.flatnonzero(factor_of == i)[0])
             cells = problem.views[k].cells
             fac = r.array(g, str(i), kind="f", shape=(cells, None))
             if not np.all(np.isfinite(fac)):
