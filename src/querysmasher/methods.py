@@ -62,7 +62,8 @@ class WholeWorkloadPlanner(Protocol):
 
 
 # Whole-workload planners by name: the built-ins, then plugins; their names and the solvers' never overlap.
-PLANNERS = PluginRegistry(PLANNER_GROUP, {"hdmm": lazy_factory("querysmasher.hdmm.plan", "HDMMPlanner"), "mm": lazy_factory("querysmasher.planners.mm", "MMPlanner")},
+PLANNERS = PluginRegistry(PLANNER_GROUP, {"hdmm": lazy_factory("querysmasher.hdmm.plan", "HDMMPlanner"), "mm": lazy_factory("querysmasher.planners.mm", "MMPlanner"),
+                                         "qsplus": lazy_factory("querysmasher.marginal_family.method", "QSPlusPlanner")},
                           reserved=SOLVERS.builtin_names)
 
 

@@ -19,7 +19,7 @@ with its own plan record adds one :class:`PlanKind` with :func:`register_plan_ki
 >>> kind_of(object())
 Traceback (most recent call last):
 ...
-querysmasher.errors.InputError: plan 'object': is not a plan of a known kind (plan, hdmm-plan)
+querysmasher.errors.InputError: plan 'object': is not a plan of a known kind (plan, hdmm-plan, marginal-plan)
 """
 
 from __future__ import annotations
@@ -108,4 +108,12 @@ register_plan_kind(PlanKind(
     measure_to_file="querysmasher.hdmm.release:measure_hdmm_to_file",
     reconstruct_to_file="querysmasher.hdmm.release:reconstruct_hdmm_to_file",
     released_answers="querysmasher.hdmm.release:hdmm_released_answers",
+))
+register_plan_kind(PlanKind(
+    "marginal-plan", "querysmasher.marginal_family.planner:MarginalPlan", False,
+    save="querysmasher.marginal_family.files:save_marginal_plan", load="querysmasher.marginal_family.files:load_marginal_plan",
+    check="querysmasher.marginal_family.release:check_marginal_plan",
+    measure_to_file="querysmasher.marginal_family.release:measure_marginal_to_file",
+    reconstruct_to_file="querysmasher.marginal_family.release:reconstruct_marginal_to_file",
+    released_answers="querysmasher.marginal_family.release:marginal_released_answers",
 ))

@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -66,6 +67,9 @@ class MarginalPlan:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     method: str = METHOD
+    problem_options: dict = field(default_factory=lambda: {"max_view_size": 2, "max_view_cells": None})
+
+    file_kind: ClassVar[str] = "marginal-plan"  # its plan-kind record (querysmasher.plankinds)
 
     @property
     def tied(self) -> bool:
@@ -113,9 +117,9 @@ class MarginalPlan:
     def summary(self) -> dict:
         return {
             "schema": self.schema.name, "workload": self.workload.spec, "method": self.method, "rmse": self.rmse,
-            "total_variance": self.total_variance, "lower_bound": self.lower_bound, "gap": self.gap,
+            "total_variance": self.total_variance, "lower_bound": self.lower_bound, "lower_bound_rmse": rmse(self.lower_bound, self.queries), "gap": self.gap,
             "qs_rmse": self.qs_rmse, "qs_total_variance": self.qs_total_variance, "ratio": self.ratio,
-            "queries": self.queries, "marginal_views": len(self.views), "residual_only_views": len(self.residual_views),
+            "queries": self.queries, "views": len(self.workload.views), "marginal_views": len(self.views), "residual_only_views": len(self.residual_views),
             "lower_dim": self.problem.lower_dim, "tied": self.tied, "iterations": self.iterations,
             **self.budget.to_dict(), "seconds": sum(self.phase_seconds.values()), "phase_seconds": dict(self.phase_seconds),
             "notes": list(self.notes),
@@ -200,6 +204,7 @@ def plan(
         schema, workload, budget, problem, list(v.attrs for v in problem.views), sol.factors, factor_of, view_shares,
         list(problem.residual_only), res_sigma2, residual_plan, sol.objective / beta, sol.lower_bound / budget.beta, qs_tv / budget.beta,
         sol.iterations, {"qs": t1 - t0, "build": t2 - t1, "optimise": t3 - t2}, notes,
+        problem_options={"max_view_size": int(max_view_size), "max_view_cells": None if max_view_cells is None else int(max_view_cells)},
     )
     log.info("%r", out)
     return out

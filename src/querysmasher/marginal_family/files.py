@@ -1,0 +1,144 @@
+"""``qsplus`` plan files (kind ``marginal-plan``): the optimised variables, checked on load.
+
+A plan file stores the schema, the workload spec, the budget, the problem's options
+(``max_view_size``, ``max_view_cells``, whether the views share one mechanism), the optimised
+variables (the marginal views, their unit-diagonal factors, ``factor_of`` and shares; the
+residual-only subsets and their noise variances) and the planned/certified totals, plus the
+``summary`` the workflow reads. Loading does not re-run the optimiser: it re-parses the schema and
+workload, re-runs the deterministic ``qs`` residual planner at beta = 1 (the residual-only subsets'
+mechanisms and the problem's structure come from it), rebuilds the problem with the stored options,
+checks that its views are the stored ones, and rebuilds the :class:`.planner.MarginalPlan` from the
+stored variables. Every field is read through :mod:`querysmasher.h5read` with its type, shape and
+range checked (one InputError naming the field otherwise). The privacy cost is not trusted from the
+file: measure re-computes it from the applied operators (:func:`.release.check_marginal_plan`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import h5read as r
+from ..accounting import Budget
+from ..errors import InputError
+from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..workload import parse_workload
+
+__all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
+
+MARGINAL_PLAN_FORMAT = 1
+
+
+def save_marginal_plan(plan, path: str | Path) -> None:
+    with atomic_h5(path, kind="marginal-plan") as f:
+        f.attrs["marginal_plan_format"] = MARGINAL_PLAN_FORMAT
+        f.attrs["method"] = plan.method
+        put_json(f, "schema", plan.schema.to_dict())
+        f.attrs["workload"] = plan.workload.spec
+        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_json(f, "options", {"max_view_size": int(plan.problem_options["max_view_size"]),
+                                "max_view_cells": plan.problem_options["max_view_cells"], "tie": bool(plan.tied)})
+        f.attrs["total_variance"] = float(plan.total_variance)
+        f.attrs["lower_bound"] = float(plan.lower_bound)
+        f.attrs["qs_total_variance"] = float(plan.qs_total_variance)
+        f.attrs["iterations"] = int(plan.iterations)
+        put_json(f, "notes", list(plan.notes))
+        put_json(f, "phase_seconds", dict(plan.phase_seconds))
+        put_json(f, "summary", plan.summary())
+        put_json(f, "views", [list(map(int, v)) for v in plan.views])
+        put_json(f, "residual_views", [list(map(int, v)) for v in plan.residual_views])
+        put(f, "factor_of", np.asarray(plan.factor_of, dtype=np.int64))
+        put(f, "shares", np.asarray(plan.shares, dtype=np.float64))
+        put(f, "residual_sigma2", np.asarray(plan.residual_sigma2, dtype=np.float64))
+        g = new_group(f, "factors")
+        for i, fac in enumerate(plan.factors):
+            put(g, str(i), np.asarray(fac, dtype=np.float64))
+
+
+def _refuse(path, reason: str) -> InputError:
+    return InputError("qsplus plan file", str(path), reason)
+
+
+def _attr_lists(f, name: str, n_attrs: int) -> list[tuple[int, ...]]:
+    doc = r.json_attr(f, name, list)
+    out = []
+    for v in doc:
+        if not isinstance(v, list) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a < n_attrs for a in v) \
+                or list(v) != sorted(set(v)):
+            raise r.bad(f, name, v, f"must be lists of distinct increasing attribute indices below {n_attrs}", attr=True)
+        out.append(tuple(v))
+    return out
+
+
+def load_marginal_plan(path: str | Path):
+    from ..planners.residual import plan_residual
+    from ..solvers.qs import QSSolver
+    from .planner import MarginalPlan
+    from .problem import build_problem
+
+    with open_h5(path, "marginal-plan") as f, r.h5py_errors(path, "qsplus plan file"):
+        fmt = r.integer(f, "marginal_plan_format", lo=1)
+        if fmt != MARGINAL_PLAN_FORMAT:
+            raise r.bad(f, "marginal_plan_format", fmt, f"this version reads format {MARGINAL_PLAN_FORMAT} only", attr=True)
+        r.text(f, "method", choices=("qsplus",))
+        schema = r.read_schema(f, "schema")
+        try:
+            workload = parse_workload(r.text(f, "workload"), schema)
+        except InputError as exc:
+            raise r.bad(f, "workload", exc.value, exc.reason, attr=True) from None
+        b = r.json_attr(f, "budget")
+        if set(b) != {"beta", "source", "delta"}:
+            raise r.bad(f, "budget", sorted(b), "must hold beta, source and delta", attr=True)
+        budget = Budget(float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
+                        float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)))
+        o = r.json_attr(f, "options")
+        if set(o) != {"max_view_size", "max_view_cells", "tie"}:
+            raise r.bad(f, "options", sorted(o), "must hold max_view_size, max_view_cells and tie", attr=True)
+        mvs = int(r.json_number(f, "options", o, "max_view_size", lo=2, integral=True))
+        mvc = o["max_view_cells"]
+        if mvc is not None:
+            mvc = int(r.json_number(f, "options", o, "max_view_cells", lo=1, integral=True))
+        if not isinstance(o["tie"], bool):
+            raise r.bad(f, "options", o["tie"], "tie must be true or false", attr=True)
+        tie = o["tie"]
+        totals = {k: r.number(f, k, positive=True) for k in ("total_variance", "qs_total_variance")}
+        lower = r.number(f, "lower_bound", lo=0.0)
+        iterations = r.integer(f, "iterations", lo=0)
+        notes = r.json_attr(f, "notes", list)
+        if not all(isinstance(n, str) for n in notes):
+            raise r.bad(f, "notes", notes, "must be a list of strings", attr=True)
+        seconds = r.json_attr(f, "phase_seconds")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in seconds.values()):
+            raise r.bad(f, "phase_seconds", seconds, "must map phases to non-negative seconds", attr=True)
+        views = _attr_lists(f, "views", len(schema))
+        residual_views = _attr_lists(f, "residual_views", len(schema))
+        # the deterministic qs plan at beta = 1 and the problem, rebuilt with the stored options
+        residual_plan = plan_residual(workload, "qs", QSSolver(), Budget.from_beta(1.0))
+        problem = build_problem(workload, residual_plan, max_view_size=mvs, max_view_cells=mvc, tie=tie)
+        if [tuple(v.attrs) for v in problem.views] != views or list(problem.residual_only) != residual_views:
+            raise _refuse(path, "its views are not those the qsplus problem of its workload has")
+        nv = len(views)
+        n_factors = 1 if problem.tied else nv
+        factor_of = r.array(f, "factor_of", kind="i", shape=(nv,), lo=0, hi=n_factors - 1)
+        shares = r.array(f, "shares", kind="f", shape=(nv,), positive=True)
+        res_sigma2 = r.array(f, "residual_sigma2", kind="f", shape=(len(residual_views),), positive=True)
+        g = r.child(f, "factors", group=True)
+        if len(r.indexed_members(g, "one factor per distinct mechanism")) != n_factors:
+            raise r.bad(g, "", len(r.members(g)), f"must hold {n_factors} factors")
+        factors = []
+        if problem.tied != tie or sorted(set(factor_of.tolist())) != list(range(n_factors)):
+            raise r.bad(f, "factor_of", factor_of.tolist(), f"must use each of the {n_factors} factors")
+        for i in range(n_factors):
+            k = int(np.flatnonzero(factor_of == i)[0])
+            cells = problem.views[k].cells
+            fac = r.array(g, str(i), kind="f", shape=(cells, None))
+            if not np.all(np.isfinite(fac)):
+                raise r.bad(g, str(i), "non-finite", "must be finite")
+            factors.append(np.asarray(fac, dtype=np.float64))
+    plan = MarginalPlan(schema, workload, budget, problem, views, factors, np.asarray(factor_of, dtype=np.int64),
+                        np.asarray(shares, dtype=np.float64), residual_views, np.asarray(res_sigma2, dtype=np.float64),
+                        residual_plan, totals["total_variance"], lower, totals["qs_total_variance"], iterations,
+                        {str(k): float(v) for k, v in seconds.items()}, list(notes))
+    plan.problem_options = {"max_view_size": mvs, "max_view_cells": mvc}
+    return plan

@@ -1,0 +1,89 @@
+"""``qsplus`` releases: measure a :class:`.planner.MarginalPlan` from records and reconstruct its
+answers, with their measurement and answer files (the plan kind ``marginal-plan`` of
+:mod:`querysmasher.plankinds`).
+
+The privacy cost is recomputed from the operators measure applies
+(:func:`.gls.applied_privacy_cost` of :func:`.gls.measurement_operators`) before any record is
+read, and refused above the plan's budget (no tolerance). Each measurement is one vector:
+operator @ (the view's marginal, counted from the records) + Gaussian noise from the
+:class:`querysmasher.noise.NoiseSource`. Reconstruction reads back one finite float vector of the
+operator's row count per measurement and answers every workload query by GLS with its exact
+variance (:func:`.gls.reconstruct`). Answers are per query (no per-view CSV tables).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import h5read as r
+from ..errors import InputError
+from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..noise import as_noise
+from .gls import applied_privacy_cost, measure_marginals, measurement_operators, reconstruct
+
+__all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers"]
+
+
+def check_marginal_plan(plan) -> float:
+    """The privacy cost of the operators measure applies; an InputError above the plan's budget."""
+    cost = applied_privacy_cost(measurement_operators(plan))
+    if not np.isfinite(cost) or cost > plan.budget.beta:
+        raise InputError("plan", plan.method, f"its applied operators cost beta {cost!r}, above the budget {plan.budget.beta!r}")
+    return cost
+
+
+def measure_marginal_to_file(plan, records, noise, path: str | Path, *, plan_sha256: str) -> None:
+    """The release: one noisy vector per measurement (marginal views, then residual-only subsets)."""
+    from ..data import marginal
+
+    check_marginal_plan(plan)  # before any record is read
+    noise = as_noise(noise)
+    sizes = plan.schema.sizes
+    ys = measure_marginals(plan, lambda attrs: marginal(records, tuple(attrs), sizes), noise, budget_check=False)
+    with atomic_h5(path, kind="measurements") as f:
+        f.attrs["plan_sha256"] = plan_sha256
+        f.attrs["seeded"] = bool(noise.seeded)
+        f.attrs["method"] = "qsplus"
+        put_json(f, "budget", plan.budget.to_dict())
+        g = new_group(f, "measurements")
+        for i, y in enumerate(ys):
+            put(g, str(i), np.asarray(y, dtype=np.float64))
+
+
+def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path, *, plan_sha256: str,
+                                 csv_dir=None, max_answers: int | None = None) -> dict:
+    """Answers and exact variances from a ``qsplus`` release, every vector checked against the plan."""
+    if csv_dir:
+        raise InputError("--csv", str(csv_dir), "qsplus answers have no per-view tables to write as CSV")
+    ops = measurement_operators(plan)
+    with open_h5(measurements, "measurements") as f, r.h5py_errors(measurements, "measurements file"):
+        if r.text(f, "plan_sha256") != plan_sha256:
+            raise InputError("measurements file", str(measurements), "was made with a different plan (plan_sha256 differs)")
+        g = r.child(f, "measurements", group=True)
+        if len(r.indexed_members(g, "one vector per measurement")) != len(ops):
+            raise r.bad(g, "", len(r.members(g)), f"must hold one vector per measurement of the plan ({len(ops)})")
+        ys = [np.asarray(r.finite_vector(g, str(i), m.operator.shape[0])[()], dtype=np.float64) for i, m in enumerate(ops)]
+    ans = reconstruct(plan, ys, ops=ops)
+    answers = [np.asarray(a, dtype=np.float64).ravel() for a in ans.answers]
+    variances = [np.asarray(v, dtype=np.float64).ravel() for v in ans.variances]
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
+    with atomic_h5(out, kind="answers") as f:
+        f.attrs["workload"] = plan.workload.spec
+        f.attrs["method"] = "qsplus"
+        f.attrs["answers_written"] = True
+        put_json(f, "budget", plan.budget.to_dict())
+        v = new_group(f, "views")
+        put(v, "answer_offsets", offsets)
+        put(v, "answers", np.concatenate(answers) if answers else np.zeros(0))
+        put(v, "variances", np.concatenate(variances) if variances else np.zeros(0))
+    return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
+
+
+def marginal_released_answers(plan, answers_path):
+    """(workload view, released answers, variances) for every view, read one view at a time."""
+    with open_h5(answers_path, "answers") as f:
+        offs, answers, variances = f["views/answer_offsets"][()], f["views/answers"], f["views/variances"]
+        for i, v in enumerate(plan.workload.views):
+            yield v, answers[offs[i]:offs[i + 1]], variances[offs[i]:offs[i + 1]]

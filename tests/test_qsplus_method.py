@@ -1,0 +1,127 @@
+"""Method qsplus (querysmasher.marginal_family as a method): CLI round trip plan -> measure ->
+reconstruct, the plan file (saved = loaded, edited to spend more is refused), the loaded plan's
+applied operators' privacy cost by brute force on the full domain, and the API."""
+
+import math
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+import querysmasher as qs
+from querysmasher.accounting import Budget
+from querysmasher.fulldomain import cell_index
+from querysmasher.marginal_family import MarginalPlan, applied_privacy_cost, measurement_operators, plan
+from querysmasher.marginal_family.files import load_marginal_plan, save_marginal_plan
+from querysmasher.plankinds import kind_of
+
+SCHEMA, WORKLOAD = "synthetic:n=3,d=3", "affine:2"
+MIXED = "prefix:3+affine:2"  # three marginal views and one residual-only subset (the 3-way view)
+
+
+@pytest.fixture(scope="module")
+def small_plan():
+    p = plan(SCHEMA, MIXED, Budget.from_beta(0.8), target_gap=1e-3)
+    assert p.views and p.residual_views
+    return p
+
+
+def _data(tmp_path):
+    data = tmp_path / "d.csv"
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (150, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    return data
+
+
+def test_cli_round_trip(cli, tmp_path):
+    data, p, m, a = _data(tmp_path), tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
+    r = cli("plan", "--schema", SCHEMA, "--workload", WORKLOAD, "--method", "qsplus", "--out", str(p), "--option", "target_gap=1e-3")
+    assert r.returncode == 0, r.stderr
+    assert cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m), "--seed", "1").returncode == 0
+    r = cli("reconstruct", "--plan", str(p), "--measurements", str(m), "--out", str(a))
+    assert r.returncode == 0, r.stderr
+    assert a.exists()
+    with h5py.File(a) as f:
+        assert f.attrs["method"] == "qsplus"
+        n = f["views/answer_offsets"][-1]
+        assert f["views/answers"].shape == (n,) == f["views/variances"].shape and n > 0
+        assert np.all(np.isfinite(f["views/answers"][()])) and np.all(f["views/variances"][()] > 0)
+    # released answers: one (view, answers, variances) per workload view
+    loaded = load_marginal_plan(p)
+    rel = list(kind_of(loaded).op("released_answers")(loaded, a))
+    assert len(rel) == len(loaded.workload.views)
+
+
+def test_saved_plan_loads_equal(small_plan, tmp_path):
+    path = tmp_path / "p.h5"
+    save_marginal_plan(small_plan, path)
+    back = load_marginal_plan(path)
+    assert isinstance(back, MarginalPlan) and kind_of(back).file_kind == "marginal-plan"
+    assert back.rmse == small_plan.rmse
+    assert back.privacy_cost() == pytest.approx(small_plan.privacy_cost(), rel=1e-12)
+    assert applied_privacy_cost(measurement_operators(back)) == pytest.approx(applied_privacy_cost(measurement_operators(small_plan)), rel=1e-12)
+    s = back.summary()
+    assert {"rmse", "queries", "views"} <= set(s)
+
+
+@pytest.mark.parametrize("field, scale", [("shares", 1.001), ("residual_sigma2", 1 / 1.001), ("factors/0", 1.001)])
+def test_edited_plan_spending_more_is_refused(cli, small_plan, tmp_path, field, scale):
+    path, m = tmp_path / "p.h5", tmp_path / "m.h5"
+    save_marginal_plan(small_plan, path)
+    with h5py.File(path, "r+") as f:
+        f[field][...] = f[field][()] * scale
+    r = cli("measure", "--plan", str(path), "--data", str(_data(tmp_path)), "--out", str(m), "--seed", "1")
+    assert r.returncode == 2 and not m.exists()
+
+
+def test_loaded_plan_privacy_by_brute_force(small_plan, tmp_path):
+    path = tmp_path / "p.h5"
+    save_marginal_plan(small_plan, path)
+    p = load_marginal_plan(path)
+    ops = measurement_operators(p)
+    sizes = p.schema.sizes
+    b = np.vstack([m.operator[:, cell_index(sizes, m.attrs)] / math.sqrt(m.sigma2) for m in ops])
+    brute = float(np.max(np.sum(b * b, axis=0)))
+    assert brute <= p.budget.beta
+    assert brute == pytest.approx(applied_privacy_cost(ops), rel=1e-12)
+
+
+def test_api_make_plan():
+    p = qs.make_plan(SCHEMA, WORKLOAD, method="qsplus")
+    assert isinstance(p, MarginalPlan) and p.method == "qsplus"
+    assert p.rmse <= p.qs_rmse * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("field, edit", [("shares", lambda d: -d), ("residual_sigma2", lambda d: d * np.nan), ("factor_of", lambda d: d + 5)])
+def test_corrupt_plan_field_is_one_input_error_naming_it(small_plan, tmp_path, field, edit):
+    from querysmasher.errors import InputError
+
+    path = tmp_path / "p.h5"
+    save_marginal_plan(small_plan, path)
+    with h5py.File(path, "r+") as f:
+        data = f[field][()]
+        del f[field]
+        f[field] = edit(data)
+    with pytest.raises(InputError, match=field):
+        load_marginal_plan(path)
+
+
+def test_measurements_of_the_wrong_length_are_refused(small_plan, tmp_path):
+    from querysmasher.data import validate_records
+    from querysmasher.errors import InputError
+    from querysmasher.marginal_family.release import measure_marginal_to_file, reconstruct_marginal_to_file
+
+    records = validate_records(pd.read_csv(_data(tmp_path)), small_plan.schema)
+    m = tmp_path / "m.h5"
+    measure_marginal_to_file(small_plan, records, np.random.default_rng(0), m, plan_sha256="x")
+    with h5py.File(m, "r+") as f:
+        y = f["measurements/0"][()]
+        del f["measurements/0"]
+        f["measurements/0"] = y[:-1]
+    with pytest.raises(InputError, match="measurements/0|0"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x")
+    assert not (tmp_path / "a.h5").exists()
+    with pytest.raises(InputError, match="different plan"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="y")
+    with pytest.raises(InputError, match="csv"):
+        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x", csv_dir=str(tmp_path))
