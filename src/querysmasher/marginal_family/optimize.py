@@ -41,6 +41,7 @@ __all__ = ["Solution", "start_from_residual_plan", "optimise", "certificate", "D
 
 DEFAULT_TARGET_GAP = 1e-4
 SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
+MAX_STALLS = 4  # rounds in a row without progress before the optimiser stops
 JITTER = 1e-9  # C <- (1 - JITTER) C + JITTER I at the start: a full-rank factor for every view
 
 
@@ -164,13 +165,18 @@ class _Param:
         return rs, fs, s, t, tau
 
     def fun(self, x):
+        if not np.all(np.isfinite(x)):
+            return math.inf, np.zeros_like(x)
         rs, fs, s, t, tau = self.point(x)
         ys, cs = [], []
         for k, (f, _) in enumerate(fs):
             c = f @ f.T
             cs.append(c)
             ys.append(self.p.residual_gram(k, t[k] * c))
-        ev = self.p.evaluate(ys, tau)
+        try:
+            ev = self.p.evaluate(ys, tau)
+        except (np.linalg.LinAlgError, ValueError):  # a trial point off the domain (not PD, or overflowed)
+            return math.inf, np.zeros_like(x)
         if not math.isfinite(ev.f):
             return math.inf, np.zeros_like(x)
         value = ev.f
@@ -385,12 +391,29 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         log.info("qsplus: iteration %d, objective %.8g, bound %.8g, gap %.2e, %.1f s", it, best[0], lowb, gap, time.perf_counter() - t0)
         if gap <= target_gap or it >= max_iterations or time.perf_counter() - t0 > max_seconds:
             break
+        # The barrier weight falls only after a round that raised the bound (its point was centred
+        # enough to certify); otherwise the same weight gets another round by the other method (a
+        # Newton-Krylov round with finite-difference Hessian products can fail to centre where
+        # L-BFGS still does). MAX_STALLS rounds in a row that improve neither the point nor the
+        # bound end the descent with the best point seen.
         if mu is None:
             mu = mu_start * best[0] / sum(v.cells for v in problem.views)
+            mu_floor = 1e-15 * mu
+            newton_turn = False
         else:
-            mu *= mu_factor
+            prev_obj, prev_low = history[-2][1], history[-2][2]
+            raised = lowb - prev_low > 1e-13 * best[0]
+            stalls = 0 if raised or prev_obj - best[0] > 1e-13 * best[0] else stalls + 1
+            if stalls >= MAX_STALLS:
+                log.info("qsplus: %d rounds without progress, stopping at gap %.2e", stalls, gap)
+                break
+            if raised:
+                mu = max(mu * mu_factor, mu_floor)
+                newton_turn = True
+            else:
+                newton_turn = not newton_turn
         par.mu = mu
-        how = method if method != "auto" else ("lbfgs" if rounds == 0 else "trust-krylov")
+        how = method if method != "auto" else ("trust-krylov" if newton_turn else "lbfgs")
         rounds += 1
         if how == "lbfgs":
             r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
@@ -406,9 +429,6 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         log.debug("round: mu %.3g, %d iterations, %s", mu, r.nit, r.message)
         it += int(r.nit)
         if not np.all(np.isfinite(r.x)):
-            break
-        stalls = stalls + 1 if r.nit == 0 else 0
-        if stalls >= 3:
             break
         x = r.x
         # re-normalise the factors' rows (the parametrisation is scale-free per row)

@@ -33,6 +33,8 @@ __all__ = [
     "measure_to_file", "reconstruct_to_file",
 ]
 
+CONTEXT_OVERHEAD_MIN_SECONDS = 1.0  # a context solver's re-decomposition shorter than this does not decide batching
+
 
 @contextlib.contextmanager
 def logged(path: str | Path | None):
@@ -93,7 +95,10 @@ def decompose_to_files(
     # are as large as batch_seconds allows (RP+ on random:1,2 over [20]^40 re-decomposed for 20 s in
     # each of 23 batch jobs of millisecond solves). Their namespace is the workload's own, so no
     # other experiment shares these batches: no content-defined boundaries either.
-    overhead = d.seconds if context else 0.0
+    # Below a second the re-decomposition is dwarfed by a job's process start (about 1 s) and does
+    # not decide: a measured time that small only varies with the machine's load, and the job graph
+    # must not (a loaded run would batch a subproblem an idle one solves alone).
+    overhead = d.seconds if context and d.seconds >= CONTEXT_OVERHEAD_MIN_SECONDS else 0.0
     # ... and holds that decomposition while it solves (its memory, as the decompose job's)
     context_mb = float(estimate_decompose_mem_mb(w) - BASE_MEM_MB) if context else 0.0
     if context:
