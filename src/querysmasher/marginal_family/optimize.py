@@ -6,9 +6,10 @@ increase when a PSD term is added, so the diagonal of every X_g can be filled up
 entry for free: X_g = t_g C_g with C_g a correlation matrix (unit diagonal), sum t_g + tau = 1. The
 descent works on C_g = F F^T (F: the rows of a square R normalised) and softmax shares, with a
 log-det barrier -mu sum_g log det C_g (the optimum is typically singular: rank X = rank G on one
-affine view) whose weight falls tenfold per round: a first round of L-BFGS, then rounds of
-trust-region Newton-Krylov (Hessian products by central differences of the gradient). After every
-round the certificate below is computed; the best point and the best bound are kept.
+affine view) whose weight falls tenfold after every round that raised the certified bound: a first
+round of L-BFGS, then rounds of trust-region Newton-Krylov (Hessian products by central differences
+of the gradient), with L-BFGS taking the next round whenever one did not raise the bound. After
+every round the certificate below is computed; the best point and the best bound are kept.
 
 **Certificate.** f is convex and homogeneous of degree -1, so for the current X and any feasible X'
 f(X') >= f(X) + <grad f, X' - X> = 2 f(X) + <grad f, X'>, and the minimum of the last term over the
@@ -376,7 +377,6 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
     best = None
     mu = None
     stalls = 0
-    rounds = 0
     while True:
         _, fs, s, t, tau_ = par.point(x)
         obj, low = certificate(problem, [f for f, _ in fs], t, tau_)
@@ -414,7 +414,6 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
                 newton_turn = not newton_turn
         par.mu = mu
         how = method if method != "auto" else ("trust-krylov" if newton_turn else "lbfgs")
-        rounds += 1
         if how == "lbfgs":
             r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
                                         options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
