@@ -166,7 +166,7 @@ def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, small_schema, mo
     variances and its measurement need no eigendecomposition of X."""
     import h5py
 
-    import querysmasher.mechanisms as base
+    import querysmasher.mechanisms.base as base
     from querysmasher.measure import check_budget
     from querysmasher.variances import view_variances
 
@@ -242,7 +242,7 @@ def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, small_schema
     planned one (here with the limit lowered to 8 cells)."""
     import h5py
 
-    import querysmasher.mechanisms as base
+    import querysmasher.mechanisms.base as base
     from querysmasher.measure import check_budget
 
     monkeypatch.setattr(base, "EXACT_PAIR_CELLS", 8)

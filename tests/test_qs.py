@@ -168,7 +168,7 @@ def test_a_dense_mechanism_keeps_the_eigendecomposition_its_solver_computed(monk
     import numpy as np
 
     from querysmasher.linalg import psd_eigh
-    from querysmasher import mechanisms as base
+    from querysmasher.mechanisms import base
     from querysmasher.solvers import qs
 
     monkeypatch.setattr(qs, "PRIME_EIGH_CELLS", 1)

@@ -78,7 +78,7 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
     mech = s.mechanism
     from . import mechanisms
 
-    if mech.kind == "dense" and mech.cells <= mechanisms.EXACT_PAIR_CELLS:
+    if mech.kind == "dense" and mech.pairs_enumerable:
         # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
         # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
         # c x c product (allocate's variance report, measure, reconstruct; 820 views per random:1,2
