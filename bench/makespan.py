@@ -11,6 +11,7 @@ start-up of a batch job; jobs of one group, ``--grouped``, pay it once per group
     python bench/makespan.py WORKDIR --cores 1 2 16 64 128            # projections
     python bench/makespan.py WORKDIR --cores 128 --latency 30         # a cluster, 30 s per submission
     python bench/makespan.py WORKDIR --calibrate 2                   # the per-job overhead of a --cores 2 run
+    python bench/makespan.py WORKDIR --cores 1 --overhead 0.2 --startup 10   # with another run's calibration
     python bench/makespan.py WORKDIR WORKDIR2 --cores 128             # several runs (tables) as one grid
 
 It prints, per K, the projected wall time, the busy fraction, and the critical path (the longest
@@ -187,6 +188,11 @@ def simulate(jobs: dict[tuple, Job], cores: int, *, overhead: float = 0.0, laten
     return now
 
 
+def slowed(jobs: dict[tuple, Job], factor: float) -> dict[tuple, Job]:
+    """The same jobs, each ``factor`` times as long (the graph unchanged)."""
+    return {k: Job(j.key, j.rule, j.start, j.start + factor * j.seconds, j.outputs, j.inputs, j.parents) for k, j in jobs.items()}
+
+
 def measured_wall(jobs: dict[tuple, Job]) -> float:
     return max(j.end for j in jobs.values()) - min(j.start for j in jobs.values())
 
@@ -212,6 +218,8 @@ def main(argv=None) -> int:
     p.add_argument("workdirs", nargs="+", type=Path, help="folders of finished runs (each holds .snakemake/metadata)")
     p.add_argument("--cores", type=int, nargs="*", default=[1, 2, 16, 64, 128])
     p.add_argument("--overhead", type=float, default=0.0, help="seconds added to every job (scheduling between jobs)")
+    p.add_argument("--startup", type=float, default=0.0, help="seconds added once: Snakemake building the job graph before the first job and after checkpoints (a run's wall time minus its jobs' span)")
+    p.add_argument("--slowdown", type=float, default=1.0, help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches, and Snakemake's own process runs beside them: 1.12 on this 2-core machine, measured from K = 1 and K = 2 runs of one table)")
     p.add_argument("--latency", type=float, default=0.0, help="seconds per cluster submission (queue and start-up)")
     p.add_argument("--grouped", nargs="*", default=[], help="rules whose jobs share a submission per wave")
     p.add_argument("--calibrate", type=int, metavar="K", help="print the per-job overhead that reproduces a run made with --cores K")
@@ -221,14 +229,16 @@ def main(argv=None) -> int:
     if not jobs:
         raise SystemExit("no finished job in the metadata")
     if args.calibrate:
-        print(f"per-job overhead reproducing the measured {measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s")
+        total = sum(j.seconds for j in jobs.values())
+        print(f"{len(jobs)} jobs, {total:.1f} s of job time; per-job overhead reproducing the jobs' measured span of {measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s")
         return 0
     total = sum(j.seconds for j in jobs.values())
     cp, chain = critical_path(jobs, args.overhead)
     rows = []
     for k in args.cores:
-        wall = simulate(jobs, k, overhead=args.overhead, latency=args.latency, grouped=set(args.grouped))
-        rows.append({"cores": k, "seconds": wall, "busy": (total + len(jobs) * args.overhead) / (wall * k) if wall else 0.0})
+        on_k = jobs if k == 1 or args.slowdown == 1.0 else slowed(jobs, args.slowdown)
+        wall = args.startup + simulate(on_k, k, overhead=args.overhead, latency=args.latency, grouped=set(args.grouped))
+        rows.append({"cores": k, "seconds": wall, "busy": (sum(j.seconds for j in on_k.values()) + len(jobs) * args.overhead) / ((wall - args.startup) * k) if wall > args.startup else 0.0})
     by_rule = defaultdict(lambda: [0, 0.0])
     for j in jobs.values():
         by_rule[j.rule][0] += 1

@@ -19,6 +19,7 @@ rule aggregate:
         f"{_AGG}/logs/aggregate.log",
     benchmark:
         f"{_AGG}/benchmarks/aggregate.tsv"
+    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
     resources:
         mem_mb=grid_resource("aggregate", "mem_mb"),
         runtime=grid_resource("aggregate", "runtime"),

@@ -35,6 +35,7 @@ checkpoint decompose:
         f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
     group:
         prepare_group
+    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
     resources:
         mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
         runtime=decompose_runtime,

@@ -20,6 +20,7 @@ rule measure:
         f"{R}/{{experiment}}/benchmarks/measure.tsv"
     group:
         experiment_group
+    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
     resources:
         # the plan (and the decomposition re-deriving its query factors), the records, one view at a time
         mem_mb=stage_resource("measure", "mem_mb"),

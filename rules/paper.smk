@@ -34,6 +34,7 @@ if PAPER:
             f"{R}/logs/paper_table{_T}.log",
         benchmark:
             f"{R}/benchmarks/paper_table{_T}.tsv"
+        threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
         resources:
             mem_mb=grid_resource("paper", "mem_mb"),
             runtime=grid_resource("paper", "runtime"),

@@ -18,6 +18,7 @@ rule reconstruct:
         f"{R}/{{experiment}}/benchmarks/reconstruct.tsv"
     group:
         experiment_group
+    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
     resources:
         # the plan (and the decomposition re-deriving its query factors), one view at a time
         mem_mb=stage_resource("reconstruct", "mem_mb"),

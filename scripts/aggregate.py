@@ -1,5 +1,9 @@
 """Rule aggregate: every metrics.json of the grid -> results/tables/*.csv, results/figures/*.png."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from pathlib import Path
 
 from querysmasher.pipeline.report import aggregate

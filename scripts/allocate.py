@@ -2,6 +2,10 @@
 per-view methods allocate over the solve jobs' solutions; whole-workload methods and the max objective
 plan here, through querysmasher.planning.make_plan)."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from querysmasher.pipeline import steps
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)

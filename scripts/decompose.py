@@ -2,6 +2,10 @@
 then workload.h5 -> decomposition.json, manifest.json, and the content-addressed subproblem / batch
 files (querysmasher.pipeline.steps.decompose_to_files; empty for a whole-workload method)."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from querysmasher.pipeline import steps
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)

@@ -2,6 +2,10 @@
 (querysmasher.pipeline.evaluate.evaluate, for plans of every kind).
 Reads the records to compute true answers: an evaluation, not a release."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from querysmasher.pipeline.evaluate import evaluate
 from querysmasher.pipeline.steps import logged
 

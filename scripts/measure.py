@@ -4,6 +4,10 @@ the plan kind's privacy re-check and measure step, as the command line runs them
 The only rule of a release that reads records; the noise seed is the experiment's seed.
 """
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from querysmasher.pipeline import steps
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)

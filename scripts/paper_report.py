@@ -1,6 +1,10 @@
 """Rule paper_table: every metrics.json of a paper config -> results/paper/table{N}.csv, .md and
 figures (querysmasher.pipeline.paper_report.write_paper_outputs)."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 import json
 from pathlib import Path
 

@@ -1,6 +1,10 @@
 """Rule reconstruct: plan + measurements -> answers.h5 (+ CSV tables) (querysmasher.pipeline.steps.reconstruct_to_file:
 the plan kind's checks of the measurements and its reconstruct step, as the command line runs them)."""
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 from querysmasher.pipeline import steps
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)

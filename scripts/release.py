@@ -3,6 +3,10 @@
 Release mode: OpenDP noise with OS entropy, no seed; nothing but the release is written.
 """
 
+from querysmasher.threads import cap_process
+
+cap_process(snakemake.threads)  # noqa: F821  before numpy loads: the job uses the threads its rule declares
+
 import json
 
 from querysmasher.pipeline import steps

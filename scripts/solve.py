@@ -1,13 +1,9 @@
-"""Rules solve / solve_batch: subproblem file(s) -> one solve file (querysmasher.pipeline.steps.solve_subproblem_files).
+"""Rules solve / solve_batch: subproblem file(s) -> one solve file (querysmasher.pipeline.steps.solve_subproblem_files)."""
 
-BLAS/OpenMP threads are capped at the rule's `threads` BEFORE numpy is imported.
-"""
-
-import os
+from querysmasher.threads import cap_process
 
 sm = snakemake  # noqa: F821  (injected by the script: directive)
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = str(sm.threads)
+cap_process(sm.threads)  # before numpy loads: the job uses the threads its rule declares, no more
 
 from querysmasher.pipeline import steps  # noqa: E402  (after the thread limits)
 

@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "querysmasher"
 # Patterns are module names relative to the package (fnmatch-like: a trailing ".*" covers a package).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records and math", (
-        "errors", "logs", "atomic", "documents", "filenames", "registry", "linalg", "schema", "families", "workload",
+        "errors", "logs", "threads", "atomic", "documents", "filenames", "registry", "linalg", "schema", "families", "workload",
         "accounting", "allocation", "noise", "data", "io", "h5read", "workloadfile", "paper", "plankinds",
     )),
-    ("mechanisms and decomposition", ("mechanisms", "decompose", "fulldomain", "svd_bound")),
+    ("mechanisms and decomposition", ("mechanisms", "mechanisms.*", "decompose", "fulldomain", "svd_bound")),
     ("solvers", ("solvers", "solvers.*", "queryfactor")),
     ("method table", ("methods",)),
     ("predicted error", ("variances", "maxvar")),

@@ -36,6 +36,7 @@ from pathlib import Path
 from .errors import InputError
 from .measure import Measurements
 from .plan import Plan
+from .threads import limited
 
 __all__ = ["make_plan", "measure", "reconstruct", "MeasurablePlan", "Release", "Answers", "save", "load", "budget"]
 
@@ -94,16 +95,21 @@ def _release(meas: Measurements, plan: Plan | None) -> Release:
 
 def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float | None = None, rho: float | None = None, mu: float | None = None,
               epsilon: float | None = None, delta: float | None = None, neighbours: str | None = None, noise: str = "gaussian",
-              objective: str = "sum", options: dict | None = None, solver_options: dict | None = None, all_numeric: bool = False):
+              objective: str = "sum", options: dict | None = None, solver_options: dict | None = None, all_numeric: bool = False,
+              threads: int = 1):
     """Optimise the mechanism of a workload: :func:`querysmasher.planning.make_plan` (every method
     of the method table, every objective, budget as a Budget or as one keyword). Returns a
     :class:`MeasurablePlan` (a Plan with ``.measure``), or the planner's own plan (HDMM).
+    ``threads``: for numerical work (default 1; more solves that many views at a time,
+    :mod:`querysmasher.threads`), for this call only.
     """
     from .planning import make_plan as plan_workload
 
-    return _measurable(plan_workload(schema, workload, method, budget, beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta,
-                                     neighbours=neighbours, noise=noise, objective=objective, options=options,
-                                     solver_options=solver_options, all_numeric=all_numeric))
+    with limited(threads):
+        plan = plan_workload(schema, workload, method, budget, beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta,
+                             neighbours=neighbours, noise=noise, objective=objective, options=options,
+                             solver_options=solver_options, all_numeric=all_numeric)
+    return _measurable(plan)
 
 
 def _records(plan, data, *, domain=None, on_invalid: str = "error"):
@@ -118,14 +124,14 @@ def _records(plan, data, *, domain=None, on_invalid: str = "error"):
     return validate_records(data, plan.schema, on_invalid=on_invalid)
 
 
-def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error") -> Release:
+def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error", threads: int = 1) -> Release:
     """Run the plan's mechanisms on records (a pandas DataFrame with one integer-code column per
     attribute, a CSV/Parquet path, or :class:`~querysmasher.data.Records`): the release.
 
     The privacy cost is re-checked before the records are read. Noise comes from OpenDP's
     floating-point-safe sampler with the operating system's entropy; ``seed`` switches to numpy's
     seeded generator for experiments only (the release is then marked as seeded); see
-    :func:`querysmasher.noise.make_noise`."""
+    :func:`querysmasher.noise.make_noise`. ``threads``: for numerical work (default 1)."""
     from .data import warn_dropped
     from .measure import check_budget
     from .measure import measure as measure_records
@@ -137,7 +143,8 @@ def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = 
     warn_dropped(records)
     if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
-    return _release(measure_records(plan, records, noise, seeded=noise.seeded), plan)
+    with limited(threads):
+        return _release(measure_records(plan, records, noise, seeded=noise.seeded), plan)
 
 
 class Answers:
@@ -148,12 +155,13 @@ class Answers:
     ``variance`` column. The estimates are unbiased.
     """
 
-    def __init__(self, plan, measurements):
+    def __init__(self, plan, measurements, *, threads: int = 1):
         from .reconstruct import reconstruct
 
         self.plan = plan
         self.measurements = measurements
-        self.reconstruction = reconstruct(plan, measurements)
+        with limited(threads):
+            self.reconstruction = reconstruct(plan, measurements)
 
     def __repr__(self) -> str:
         p = self.plan
@@ -223,12 +231,13 @@ class Answers:
         return save_answers(path, self.reconstruction)
 
 
-def reconstruct(measurements, plan=None) -> Answers:
-    """Answers from a release (its plan is the one that measured it, unless given)."""
+def reconstruct(measurements, plan=None, *, threads: int = 1) -> Answers:
+    """Answers from a release (its plan is the one that measured it, unless given); ``threads``:
+    for numerical work (default 1)."""
     plan = plan if plan is not None else getattr(measurements, "plan", None)
     if plan is None:
         raise InputError("measurements", "plan", "are not attached to a plan: load them with qs.load(path, plan=...)")
-    return Answers(plan, measurements)
+    return Answers(plan, measurements, threads=threads)
 
 
 def _plan_sha256(plan) -> str:

@@ -4,6 +4,7 @@ Bad input prints one line ``querysmasher: error: <field> <value>: <reason>`` and
 no output file is written in that case. Results go to stdout; log lines go to stderr: warnings by
 default, ``-v`` adds one line per solved subproblem and step, ``-vv`` the solvers' iterations, ``-q``
 only errors. On a terminal, progress bars show the solves, views measured and tables reconstructed.
+Numerical work uses one thread unless ``--threads N`` gives more (:mod:`querysmasher.threads`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .accounting import DEFAULT_REPORT_DELTA, Budget, PureBudget, make_budget
 from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
+from .threads import check_threads, limited
 
 __all__ = ["main", "build_parser"]
 
@@ -53,7 +55,17 @@ def _output_flags() -> argparse.ArgumentParser:
     g = common.add_mutually_exclusive_group()
     g.add_argument("-v", "--verbose", action="count", default=0, help="log each step (-vv: solver iterations too)")
     g.add_argument("-q", "--quiet", action="store_true", help="print only the result (and errors)")
+    common.add_argument("--threads", type=_thread_count, default=1, metavar="N",
+                        help="threads for numerical work (default 1: BLAS threads spin when other processes hold the cores); "
+                             "with N > 1, views are solved N at a time and large ones use N BLAS threads")
     return common
+
+
+def _thread_count(text: str) -> int:
+    try:
+        return check_threads(int(text), "--threads")
+    except (ValueError, InputError):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of threads, at least 1") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = level_from_flags(args.verbose, args.quiet)
     configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
-        with terminate_as_exit():  # a killed command (SIGTERM) still removes its temporary files
+        with terminate_as_exit(), limited(args.threads):  # a killed command (SIGTERM) still removes its temporary files
             return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)

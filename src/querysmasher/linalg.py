@@ -19,7 +19,6 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = [
-    "single_threaded_blas",
     "centering",
     "project_gram",
     "kron_apply",
@@ -89,18 +88,6 @@ def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL, *, eig: tuple
 def pinv_psd(x: np.ndarray, rtol: float = PSD_RTOL) -> np.ndarray:
     """Pseudo-inverse of a symmetric PSD matrix (:func:`psd_power` with power -1)."""
     return psd_power(x, -1, rtol)
-
-
-def single_threaded_blas():
-    """A context that caps BLAS at one thread.
-
-    Loops over thousands of views do many small products (40 x 40 against 40 x 1,600); OpenBLAS
-    threads cost more than they save there (measured 1.3 ms with one thread vs 4.7 ms with two for
-    three mode products on 64,000 cells, and far worse when other processes share the cores).
-    """
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def centering(n: int) -> np.ndarray:

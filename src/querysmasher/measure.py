@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError
-from .linalg import single_threaded_blas
+from .threads import at_most
 from .logs import progress
 from .plan import Plan
 
@@ -144,7 +144,7 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator | NoiseS
     check_budget(plan)
     _check_schema(plan, records)
     views = measured_views(plan)
-    with single_threaded_blas():
+    with at_most(1):
         for i in progress(views, desc="measure", total=len(views)):
             mech = plan.solutions[plan.keys[i]].mechanism
             x = marginal(records, plan.views[i], plan.schema.sizes)

@@ -24,7 +24,8 @@ import numpy as np
 from .decompose import view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, marginalise
-from .linalg import kron_apply, single_threaded_blas
+from .linalg import kron_apply
+from .threads import at_most
 from .logs import progress
 from .measure import Measurements
 from .plan import Plan
@@ -142,7 +143,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
     write_answers = n_queries <= max_answers
     sizes = plan.schema.sizes
     cells = [math.prod(sizes[a] for a in v.attrs) for v in views]
-    with atomic_h5(path, kind="answers") as f, single_threaded_blas():
+    with atomic_h5(path, kind="answers") as f, at_most(1):
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
         f.attrs["answers_written"] = write_answers

@@ -33,7 +33,8 @@ import math
 import numpy as np
 from scipy.optimize import minimize
 
-from ..linalg import centering, single_threaded_blas
+from ..linalg import centering
+from ..threads import at_most
 from .implicit import TOTAL, ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy
 from .optimize import separable
@@ -83,7 +84,7 @@ def opt_0(g: np.ndarray, *, rng: np.random.Generator, p: int | None = None, rest
     g = g / np.trace(g)
     starts = ([init] if init is not None else []) + [rng.uniform(0, 1, (p, n)) for _ in range(max(0, restarts - (init is not None)))]
     best = (float(np.trace(g)), np.zeros((p, n)))  # Θ = 0, the identity: a stationary point the starts may miss
-    with single_threaded_blas():  # small products: BLAS threads cost ~20x here (measured, n = 72)
+    with at_most(1):  # small products: BLAS threads cost ~20x here (measured, n = 72)
         for start in starts or [rng.uniform(0, 1, (p, n))]:
             r = minimize(_objective, start.ravel(), args=(g, p), jac=True, method="L-BFGS-B", bounds=[(0, None)] * (p * n), options=_LBFGS)
             theta = np.maximum(r.x.reshape(p, n), 0.0)
@@ -250,7 +251,7 @@ def opt_marginals(workload: ImplicitWorkload, *, rng: np.random.Generator, resta
     # from the workload's views only, from the largest marginal (all active attributes) and at random
     starts = [np.ones(len(subsets)), np.array([float(t in supports) for t in subsets]), np.eye(len(subsets))[-1]]
     best = None
-    with single_threaded_blas():
+    with at_most(1):
         for start in starts + [rng.uniform(0.1, 1, len(subsets)) for _ in range(max(0, restarts - 1))]:
             r = minimize(f, start, jac=True, method="L-BFGS-B", bounds=[(0, None)] * len(subsets), options=_LBFGS)
             if best is None or r.fun < best.fun:

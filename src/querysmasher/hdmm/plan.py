@@ -63,7 +63,7 @@ import numpy as np
 from ..accounting import Budget
 from ..allocation import Allocation, PredictedError, allocate, rmse
 from ..errors import InputError
-from ..linalg import single_threaded_blas
+from ..threads import at_most
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
 from . import optimize_laplace as l1
@@ -331,7 +331,7 @@ def plan_hdmm(
     # The search is thousands of small eigendecompositions (factors of at most a few hundred values;
     # solve_dense re-enables threads for large ones): BLAS threads only cost there, most when other
     # jobs share the cores (Adult hybrid:1 OPT_⊗ 29.5 s with two threads, 17.5 s with one, on 2 busy cores).
-    with single_threaded_blas():
+    with at_most(1):
         for name in chosen:
             t = time.perf_counter()
             try:

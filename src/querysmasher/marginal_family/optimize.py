@@ -301,13 +301,11 @@ def optimise(
 ) -> Solution:
     """Descend from (factors, shares, tau) until the certified gap is at most ``target_gap`` (or the
     iteration or time limit); the best point seen is returned with its certificate."""
-    from contextlib import nullcontext
-
-    from ..linalg import single_threaded_blas
+    from ..threads import at_most
 
     # small blocks: threaded BLAS only adds overhead (and on a loaded machine, a lot of it)
     small = max(v.cells for v in problem.views) <= SINGLE_THREAD_CELLS and problem.lower_dim <= 4 * SINGLE_THREAD_CELLS
-    with single_threaded_blas() if small else nullcontext():
+    with at_most(1 if small else None):
         return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
 
 

@@ -24,6 +24,7 @@ from ..linalg import MatrixStore
 from ..logs import progress
 from ..plan import Plan
 from ..solvers import ViewSolution, ViewSolver
+from ..threads import budget, parallel_map
 from ..workload import Workload
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,25 @@ __all__ = ["solve_distinct", "assemble_plan", "plan_residual"]
 
 
 def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
-    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds)."""
-    out = {}
-    for key, g in progress(distinct.items(), desc=f"solve ({getattr(solver, 'name', 'solver')})", total=len(distinct), unit="solve"):
+    """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds).
+
+    With a thread budget above 1 (:mod:`querysmasher.threads`: the CLI's ``--threads``, an API
+    call's ``threads``) the subproblems are solved that many at a time, largest first, in forked
+    processes of one BLAS thread each; the solutions are the same as one at a time."""
+    name = getattr(solver, "name", "solver")
+
+    def solve_one(key: str) -> tuple[ViewSolution, float]:
         t0 = time.perf_counter()
-        out[key] = sol = solver.solve(g, store)
-        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, time.perf_counter() - t0, sol.solver, f" {sol.note}" if sol.note else "")
-    return out
+        return solver.solve(distinct[key], store), time.perf_counter() - t0
+
+    # in parallel largest first, so the workers end together
+    order = sorted(distinct, key=lambda k: -distinct[k].cells) if budget() > 1 else list(distinct)
+    solved = {}
+    for key, (sol, seconds) in progress(zip(order, parallel_map(solve_one, order)), desc=f"solve ({name})", total=len(order), unit="solve"):
+        g = distinct[key]
+        solved[key] = sol
+        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, seconds, sol.solver, f" {sol.note}" if sol.note else "")
+    return {k: solved[k] for k in distinct}
 
 
 def assemble_plan(

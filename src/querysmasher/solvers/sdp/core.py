@@ -2,45 +2,31 @@
 
 :func:`solve_core` runs phase 1 (:mod:`.dual`) and, when it is slow and affordable, phase 2
 (:mod:`.barrier`) on a prepared factor; :func:`certificate` turns the best dual point into the
-returned weights, bound and gap; :func:`middle` and ``_build_x`` rebuild the best primal candidate;
-:func:`blas_threads` chooses the BLAS threads of a solve.
+returned weights, bound and gap; :func:`middle` and ``_build_x`` rebuild the best primal candidate. A solve uses the process's
+thread budget (:mod:`querysmasher.threads`) for BLAS on large views and one thread on small ones.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...linalg import eigh_sym
+from ...threads import at_most
 from .barrier import CG_PRODUCTS_EXPECTED, POLISH_STEPS, barrier_phase
 from .dual import PHASE1_MAX_BEFORE_SWITCH, PHASE1_MAX_MATRIX_FREE, Tracker, ascent_step, dual_point, phase1_should_stop
 from .problem import Prepared, dual_s, loss_and_eig, prepare, root_spectrum, weighted_gram
 
-__all__ = ["DenseSolveResult", "solve_dense", "solve_core", "certificate", "middle", "blas_threads"]
+__all__ = ["DenseSolveResult", "solve_dense", "solve_core", "certificate", "middle"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only below this
-# BLAS threads of a solve: measured 0.05 s (1 thread) against 0.54 s (2 threads) per phase-1 step
-# at r = 197, c = 10,000 on this 2-core machine shared with other processes (OpenBLAS threads spin
-# while waiting for a core), so a solve uses BLAS's threads only when the machine is otherwise idle
-_BLAS_THREADS = 1
-_IDLE_LOAD_PER_CORE = 0.25  # 1-minute load average per core below which the machine counts as idle
-_DENSE_THREADED_CELLS = 1000  # solve_dense on at least this many cells uses BLAS's default threads
+_DENSE_THREADED_CELLS = 1000  # solve_dense on at least this many cells may use the whole thread budget
 _NEWTON_STEPS_EXPECTED = 15  # a typical phase 2 (measured: 10-16 Newton steps to a 1e-4 gap)
-
-
-def blas_threads() -> int | None:
-    """1 on a busy machine, None (BLAS's default) on an idle one."""
-    try:
-        idle = os.getloadavg()[0] < _IDLE_LOAD_PER_CORE * (os.cpu_count() or 1)
-    except OSError:
-        idle = False
-    return None if idle else _BLAS_THREADS
 
 
 @dataclass(frozen=True, eq=False)  # arrays inside: compare fields explicitly
@@ -157,11 +143,9 @@ def solve_dense(
     >>> r.converged, round(r.loss, 6), bool(r.X.diagonal().max() <= 1)
     (True, 3.732051, True)
     """
-    from threadpoolctl import threadpool_limits
-
-    # small views single-threaded (see _BLAS_THREADS); large dense ones keep BLAS's own threading
-    threads = _BLAS_THREADS if np.shape(G)[0] < _DENSE_THREADED_CELLS else None
-    with threadpool_limits(limits=threads, user_api="blas"):
+    # small views single-threaded (threads cost more than they save there); large dense ones may
+    # use the process's whole thread budget
+    with at_most(1 if np.shape(G)[0] < _DENSE_THREADED_CELLS else None):
         return _solve_dense(G, target_gap, max_iterations, time_limit)
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...linalg import eigh_sym
-from .core import blas_threads, certificate, middle, solve_core
+from ...threads import at_most
+from .core import certificate, middle, solve_core
 from .problem import EPS, RANGE_RTOL, Prepared, dual_s, prepare
 
 __all__ = ["FactoredSolveResult", "solve_factored", "dual_bound_factored"]
@@ -107,9 +108,7 @@ def solve_factored(
     >>> r.converged, round(r.loss, 6), r.V.shape
     (True, 9.965944, (10, 9))
     """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=blas_threads(), user_api="blas"):
+    with at_most():  # the process's thread budget (one thread unless a face or job gives more)
         return _solve_factored(F, target_gap, max_iterations, time_limit)
 
 
