@@ -13,6 +13,7 @@ start-up of a batch job; jobs of one group, ``--grouped``, pay it once per group
     python bench/makespan.py WORKDIR --calibrate 2                   # the per-job overhead of a --cores 2 run
     python bench/makespan.py WORKDIR --cores 1 --overhead 0.2 --startup 10   # with another run's calibration
     python bench/makespan.py WORKDIR WORKDIR2 --cores 128             # several runs (tables) as one grid
+    python bench/makespan.py WORKDIR --between START END --cores 1 2   # the jobs of one table of a grid run
 
 It prints, per K, the projected wall time, the busy fraction, and the critical path (the longest
 chain of dependent jobs, with its jobs), which bounds the wall time however many cores there are.
@@ -223,9 +224,15 @@ def main(argv=None) -> int:
     p.add_argument("--latency", type=float, default=0.0, help="seconds per cluster submission (queue and start-up)")
     p.add_argument("--grouped", nargs="*", default=[], help="rules whose jobs share a submission per wave")
     p.add_argument("--calibrate", type=int, metavar="K", help="print the per-job overhead that reproduces a run made with --cores K")
+    p.add_argument("--between", type=float, nargs=2, metavar=("START", "END"), help="only the jobs that started between these epoch seconds (one table of a grid run table by table in one folder)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     jobs = read_jobs([w.resolve() for w in args.workdirs])
+    if args.between:
+        lo, hi = args.between
+        jobs = {k: j for k, j in jobs.items() if lo <= j.start <= hi}
+        for j in jobs.values():
+            j.parents &= jobs.keys()  # a file written before the window is an input, not a job
     if not jobs:
         raise SystemExit("no finished job in the metadata")
     if args.calibrate:

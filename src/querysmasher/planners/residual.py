@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import warnings
@@ -24,7 +25,7 @@ from ..linalg import MatrixStore
 from ..logs import progress
 from ..plan import Plan
 from ..solvers import ViewSolution, ViewSolver
-from ..threads import budget, parallel_map
+from ..threads import BLAS_THREADED_CELLS, budget, parallel_map
 from ..workload import Workload
 
 log = logging.getLogger(__name__)
@@ -36,18 +37,26 @@ def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, sol
     """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds).
 
     With a thread budget above 1 (:mod:`querysmasher.threads`: the CLI's ``--threads``, an API
-    call's ``threads``) the subproblems are solved that many at a time, largest first, in forked
-    processes of one BLAS thread each; the solutions are the same as one at a time."""
+    call's ``threads``) the views of at least ``BLAS_THREADED_CELLS`` cells are solved one at a time
+    with the whole budget for BLAS, then the smaller ones that many at a time, largest first, in
+    forked processes of one BLAS thread each; the solutions are the same as one at a time."""
     name = getattr(solver, "name", "solver")
 
     def solve_one(key: str) -> tuple[ViewSolution, float]:
         t0 = time.perf_counter()
         return solver.solve(distinct[key], store), time.perf_counter() - t0
 
-    # in parallel largest first, so the workers end together
-    order = sorted(distinct, key=lambda k: -distinct[k].cells) if budget() > 1 else list(distinct)
+    if budget() > 1:
+        by_size = sorted(distinct, key=lambda k: -distinct[k].cells)
+        large = [k for k in by_size if distinct[k].cells >= BLAS_THREADED_CELLS]
+        small = [k for k in by_size if distinct[k].cells < BLAS_THREADED_CELLS]
+        order = large + small
+        results = itertools.chain(map(solve_one, large), parallel_map(solve_one, small))
+    else:
+        order = list(distinct)
+        results = map(solve_one, order)
     solved = {}
-    for key, (sol, seconds) in progress(zip(order, parallel_map(solve_one, order)), desc=f"solve ({name})", total=len(order), unit="solve"):
+    for key, (sol, seconds) in progress(zip(order, results), desc=f"solve ({name})", total=len(order), unit="solve"):
         g = distinct[key]
         solved[key] = sol
         log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, seconds, sol.solver, f" {sol.note}" if sol.note else "")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...linalg import eigh_sym
-from ...threads import at_most
+from ...threads import BLAS_THREADED_CELLS, at_most
 from .barrier import CG_PRODUCTS_EXPECTED, POLISH_STEPS, barrier_phase
 from .dual import PHASE1_MAX_BEFORE_SWITCH, PHASE1_MAX_MATRIX_FREE, Tracker, ascent_step, dual_point, phase1_should_stop
 from .problem import Prepared, dual_s, loss_and_eig, prepare, root_spectrum, weighted_gram
@@ -25,7 +25,6 @@ __all__ = ["DenseSolveResult", "solve_dense", "solve_core", "certificate", "midd
 logger = logging.getLogger(__name__)
 
 _MAX_HESSIAN_FLOPS = 5e11  # phase 2 (r^2 c^2 / 2 flops per Newton step) only below this
-_DENSE_THREADED_CELLS = 1000  # solve_dense on at least this many cells may use the whole thread budget
 _NEWTON_STEPS_EXPECTED = 15  # a typical phase 2 (measured: 10-16 Newton steps to a 1e-4 gap)
 
 
@@ -145,7 +144,7 @@ def solve_dense(
     """
     # small views single-threaded (threads cost more than they save there); large dense ones may
     # use the process's whole thread budget
-    with at_most(1 if np.shape(G)[0] < _DENSE_THREADED_CELLS else None):
+    with at_most(1 if np.shape(G)[0] < BLAS_THREADED_CELLS else None):
         return _solve_dense(G, target_gap, max_iterations, time_limit)
 
 
