@@ -379,6 +379,23 @@ def plan_file_content(path: Path) -> dict:
 
 
 @needs_snakemake
+def test_qsplus_runs_through_the_workflow(tmp_path):
+    """qsplus, a whole-workload planner (it plans in allocate: no solve job), is measured,
+    reconstructed and evaluated like every method; its predicted RMSE is the library's plan's
+    (to its certified gap) and below qs's."""
+    cfg = {"schemas": TINY["schemas"], "grid": [{"schemas": ["tiny"], "workloads": ["prefix:1+abs:2"], "methods": ["qsplus"], "budgets": [1.0], "seeds": [0]}]}
+    jobs = jobs_run(snakemake(tmp_path, config=cfg))
+    assert "solve" not in jobs and "solve_batch" not in jobs
+    for rule in ("decompose", "allocate", "measure", "reconstruct", "evaluate"):
+        assert jobs[rule] == 1, rule
+    m = json.loads((tmp_path / "results" / "tiny__prefix-1_abs-2__qsplus__beta1__seed0" / "metrics.json").read_text())
+    lib = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qsplus", Budget.from_beta(1.0))
+    qs = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qs", Budget.from_beta(1.0))
+    assert m["method"] == "qsplus" and m["records"] == 300 and m["empirical_rmse"] > 0
+    assert m["predicted_rmse"] == pytest.approx(lib.rmse, rel=1e-4) and m["predicted_rmse"] < qs.rmse * (1 - 1e-3)
+
+
+@needs_snakemake
 @pytest.mark.parametrize("method", ["rp", "wff", "rpplus"])
 def test_workflow_plan_files_are_the_library_plan_files(tiny_run, tmp_path, method):
     """plan.h5 assembled from the shared subproblem and solve files holds, byte for byte, what

@@ -95,26 +95,6 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         put(g, "rotation", mech.rotation)
 
 
-def _mechanism_arrays(g, kind: str, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """The stored arrays of a mechanism, each checked for its shape (from ``sizes``) before it is
-    read, then for finite float entries (non-negative weights and eigenvalues). A kind registered
-    by a plugin gets finite float arrays m0, m1, ... (its class checks their shapes)."""
-    from . import h5read as r
-    from .solvers import ViewMechanism
-
-    cells = math.prod(sizes)
-    if kind == "kron":
-        return tuple(r.array(g, f"m{i}", kind="f", shape=(n, n)) for i, n in enumerate(sizes))
-    if kind == "dense":
-        return (r.array(g, "m0", kind="f", shape=(cells, cells)),)
-    if kind == "fourier":
-        return (r.array(g, "m0", kind="f", shape=sizes, lo=0.0),)
-    if kind == "lowrank":
-        s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
-        return r.array(g, "m0", kind="f", shape=(cells, len(s))), s
-    return tuple(r.array(g, f"m{i}", kind="f") for i in range(ViewMechanism.array_count(kind, sizes)))
-
-
 def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     """The ViewSolution of a group written by :func:`write_solution`, every field checked (an
     InputError naming the field otherwise). ``sizes``: the view's sizes from the schema (plan
@@ -138,9 +118,9 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
         rank = L.shape[1]
         mechanism = ViewMechanism(kind, stored, (np.broadcast_to(np.float64(0.0), (math.prod(stored), rank)), np.zeros(rank)))
     else:
-        mats = _mechanism_arrays(g, kind, stored)
-        rank = mats[1].shape[0] if kind == "lowrank" else 0
-        rot = r.array(g, "rotation", kind="f", shape=(rank, rank)) if kind == "lowrank" and r.has(g, "rotation") else None
+        cls = MECHANISM_KINDS[kind]  # each kind reads and checks its own arrays
+        mats = cls.stored_arrays(g, stored)
+        rot = cls.stored_rotation(g, mats)
         try:
             mechanism = ViewMechanism(kind, stored, mats, rotation=rot)
         except ValueError as exc:  # a plugin kind's own check of its arrays

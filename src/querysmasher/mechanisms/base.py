@@ -150,6 +150,21 @@ class ViewMechanism:
     def arrays(sizes: tuple[int, ...]) -> int:
         return 1
 
+    @classmethod
+    def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """The arrays of a stored mechanism of this kind (HDF5 group ``g`` of a plan or solve file),
+        each checked (:mod:`querysmasher.h5read`) for its shape from ``sizes`` before it is read and
+        for finite float entries; a kind that says no more (a plugin's) gets m0, m1, ... checked
+        for finite floats, and its class checks their shapes."""
+        from .. import h5read as r
+
+        return tuple(r.array(g, f"m{i}", kind="f") for i in range(cls.arrays(sizes)))
+
+    @classmethod
+    def stored_rotation(cls, g, mats: tuple[np.ndarray, ...]) -> np.ndarray | None:
+        """The stored rotation of a kind that takes one (checked as for :meth:`stored_arrays`)."""
+        return None
+
     @property
     def cells(self) -> int:
         return math.prod(self.sizes)

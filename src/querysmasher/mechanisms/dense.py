@@ -3,6 +3,8 @@ B = X^(1/2)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .base import ViewMechanism, check_square_factors, count_positive
@@ -15,6 +17,13 @@ class DenseMechanism(ViewMechanism):
 
     KIND = "dense"
     PRIMABLE = True
+
+    @classmethod
+    def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        from .. import h5read as r
+
+        cells = math.prod(sizes)
+        return (r.array(g, "m0", kind="f", shape=(cells, cells)),)
 
     def max_diag(self) -> float:
         return float(np.diag(self.mats[0]).max())

@@ -18,6 +18,12 @@ class FourierMechanism(ViewMechanism):
 
     KIND = "fourier"
 
+    @classmethod
+    def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        from .. import h5read as r
+
+        return (r.array(g, "m0", kind="f", shape=tuple(sizes), lo=0.0),)
+
     def max_diag(self) -> float:
         return float(self.mats[0].sum())  # |F[f, x]| = 1: every diagonal entry is sum(w)
 

@@ -24,6 +24,12 @@ class KronMechanism(ViewMechanism):
     def arrays(sizes: tuple[int, ...]) -> int:
         return len(sizes)
 
+    @classmethod
+    def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        from .. import h5read as r
+
+        return tuple(r.array(g, f"m{i}", kind="f", shape=(n, n)) for i, n in enumerate(sizes))
+
     def max_diag(self) -> float:
         return math.prod(float(np.diag(m).max()) for m in self.mats) if self.mats else 1.0
 

@@ -23,6 +23,22 @@ class LowRankMechanism(ViewMechanism):
     def arrays(sizes: tuple[int, ...]) -> int:
         return 2
 
+    @classmethod
+    def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        import math
+
+        from .. import h5read as r
+
+        s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
+        return r.array(g, "m0", kind="f", shape=(math.prod(sizes), len(s))), s
+
+    @classmethod
+    def stored_rotation(cls, g, mats: tuple[np.ndarray, ...]) -> np.ndarray | None:
+        from .. import h5read as r
+
+        rank = mats[1].shape[0]
+        return r.array(g, "rotation", kind="f", shape=(rank, rank)) if r.has(g, "rotation") else None
+
     def __post_init__(self) -> None:
         super().__post_init__()
         v, s = self.mats
