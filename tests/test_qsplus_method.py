@@ -125,3 +125,54 @@ def test_measurements_of_the_wrong_length_are_refused(small_plan, tmp_path):
         reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="y")
     with pytest.raises(InputError, match="csv"):
         reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x", csv_dir=str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def replace_plan():
+    p = plan(SCHEMA, MIXED, Budget.from_beta(0.8).with_neighbours("replace"), target_gap=1e-3)
+    assert p.budget.neighbours == "replace" and p.views and p.residual_views
+    return p
+
+
+def test_replace_plan_privacy_by_brute_force(replace_plan, tmp_path):
+    """Under replace, the loaded plan's applied operators (B over the full domain: one column per
+    record value) cost at most beta for every pair of record values, and the accounted cost (a sum
+    of per-measurement worst pairs) is never below the exact one."""
+    path = tmp_path / "p.h5"
+    save_marginal_plan(replace_plan, path)
+    p = load_marginal_plan(path)
+    assert p.budget.neighbours == "replace"
+    ops = measurement_operators(p)
+    sizes = p.schema.sizes
+    b = np.vstack([m.operator[:, cell_index(sizes, m.attrs)] / math.sqrt(m.sigma2) for m in ops])
+    norms = np.sum(b * b, axis=0)
+    brute = float(np.max(norms[:, None] + norms[None, :] - 2 * b.T @ b))  # every (u, v) record pair
+    accounted = applied_privacy_cost(ops, "replace")
+    assert brute <= p.budget.beta
+    assert accounted >= brute * (1 - 1e-12) and accounted <= p.budget.beta
+    assert p.privacy_cost() == pytest.approx(accounted, rel=1e-12)
+    # the same operators under add-remove would be accounted differently: the relation is read
+    assert applied_privacy_cost(ops) != pytest.approx(accounted, rel=1e-6)
+
+
+def test_replace_plan_is_the_add_remove_optimum_rescaled_and_uncertified(replace_plan):
+    ar = plan(SCHEMA, MIXED, Budget.from_beta(0.8), target_gap=1e-3)
+    ratio = replace_plan.total_variance / ar.total_variance
+    assert ratio > 0 and replace_plan.shares == pytest.approx(ar.shares / ratio, rel=1e-9)
+    assert replace_plan.lower_bound == 0.0 and replace_plan.gap == 1.0
+    assert any("replace" in n for n in replace_plan.notes)
+
+
+def test_replace_plan_measures_through_the_cli(cli, tmp_path):
+    data, p, m, a = _data(tmp_path), tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
+    r = cli("plan", "--schema", SCHEMA, "--workload", WORKLOAD, "--method", "qsplus", "--neighbours", "replace", "--out", str(p), "--option", "target_gap=1e-3")
+    assert r.returncode == 0, r.stderr
+    assert load_marginal_plan(p).budget.neighbours == "replace"
+    assert cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m), "--seed", "1").returncode == 0
+    assert cli("reconstruct", "--plan", str(p), "--measurements", str(m), "--out", str(a)).returncode == 0
+    # spending more than the replace budget is refused before any record is read
+    with h5py.File(p, "r+") as f:
+        f["shares"][...] = f["shares"][()] * 1.001
+    m2 = tmp_path / "m2.h5"
+    r = cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m2), "--seed", "1")
+    assert r.returncode == 2 and not m2.exists()

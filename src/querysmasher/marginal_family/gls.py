@@ -26,6 +26,7 @@ import scipy.linalg
 from ..decompose import view_query_matrix
 from ..families import query_matrix_1d
 from ..linalg import psd_power
+from ..mechanisms.base import factor_pair_distance
 from .basis import from_residual, to_residual, view_coords
 
 __all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "view_queries"]
@@ -53,10 +54,18 @@ def measurement_operators(plan) -> list[Measurement]:
     return out
 
 
-def applied_privacy_cost(measurements: list[Measurement]) -> float:
-    """The add-remove privacy cost of the operators actually applied: sum over measurements of the
-    largest squared column norm of B (one record changes one cell of each marginal) over sigma^2."""
-    return float(sum(np.max(np.einsum("ij,ij->j", m.operator, m.operator)) / m.sigma2 for m in measurements))
+def applied_privacy_cost(measurements: list[Measurement], neighbours: str = "add-remove") -> float:
+    """The privacy cost of the operators actually applied, summed over the measurements (each over
+    its sigma^2). Add-remove: one record adds one cell to each marginal, so a measurement costs
+    the largest squared column norm of B. Replace: one record moves from one cell of each marginal
+    to another (or stays), so a measurement costs at most max over cell pairs of |B (e_i - e_j)|^2
+    (:func:`~querysmasher.mechanisms.base.factor_pair_distance`); the sum over-reports when no
+    record pair reaches every measurement's worst pair at once, which is safe."""
+    if neighbours == "add-remove":
+        return float(sum(np.max(np.einsum("ij,ij->j", m.operator, m.operator)) / m.sigma2 for m in measurements))
+    if neighbours == "replace":
+        return float(sum(factor_pair_distance(m.operator.T) / m.sigma2 for m in measurements))
+    raise ValueError(f"neighbours must be add-remove or replace, not {neighbours!r}")
 
 
 def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
@@ -77,7 +86,7 @@ def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Calla
     budget first (an InputError above it)."""
     ops = measurement_operators(plan)
     if budget_check:
-        cost = applied_privacy_cost(ops)
+        cost = applied_privacy_cost(ops, plan.budget.neighbours)
         if cost > plan.budget.beta * (1 + 1e-9):
             from ..errors import InputError
 

@@ -13,7 +13,7 @@ class QSPlusPlanner:
     name = "qsplus"
     objectives = ("sum",)
     noises = ("gaussian",)
-    neighbours = ("add-remove",)
+    neighbours = ("add-remove", "replace")
     plan_kind = "marginal-plan"
 
     def __init__(self, **options):

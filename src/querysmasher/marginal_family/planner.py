@@ -3,8 +3,11 @@
 It plans ``qs`` first (the residual family's certified optimum, the reference and the start),
 builds the marginal-family problem (:mod:`.problem`), folds the ``qs`` plan into it, optimises
 to the certified gap (:mod:`.optimize`) and keeps the better of the start and the optimum, so the
-plan never ends above ``qs``. Privacy: add-remove neighbours (zCDP/beta-style: the cost of a view's
-mechanism is its Gram's largest diagonal entry; the costs add up).
+plan never ends above ``qs``. Privacy (zCDP/beta-style: the views' costs add up): under add-remove
+neighbours a view's mechanism costs its Gram's largest diagonal entry, and the optimum is certified;
+under replace it costs its largest cell-pair distance (:func:`.gls.applied_privacy_cost`), and the
+plan is the add-remove optimum with every noise scaled to spend the budget under replace (valid,
+not certified: the optimiser's cost constraints are the diagonal ones).
 
 >>> p = plan("synthetic:n=3,d=2", "affine:2", target_gap=1e-3)
 >>> p.rmse <= p.qs_rmse, p.gap <= 1e-3, abs(p.privacy_cost() - 1.0) < 1e-9
@@ -107,7 +110,12 @@ class MarginalPlan:
         return self.residual_plan.solutions[self.residual_plan.keys[i]].mechanism
 
     def privacy_cost(self) -> float:
-        """sum_k max diag X_k + sum_T cost_T / sigma_T^2 (add-remove), from the plan's fields."""
+        """The plan's privacy cost under its budget's relation: add-remove, sum_k max diag X_k +
+        sum_T cost_T / sigma_T^2 from the plan's fields; replace, of the operators measure applies."""
+        if self.budget.neighbours != "add-remove":
+            from .gls import applied_privacy_cost, measurement_operators
+
+            return applied_privacy_cost(measurement_operators(self), self.budget.neighbours)
         c = sum(float(np.max(np.einsum("ij,ij->i", self.factors[int(self.factor_of[k])], self.factors[int(self.factor_of[k])]))) * float(self.shares[k])
                 for k in range(len(self.views)))
         for j in range(len(self.residual_views)):
@@ -158,7 +166,10 @@ def plan(
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
-        raise InputError("neighbours", budget.neighbours, "qsplus plans add-remove neighbours only (for now)")
+        return _rescaled_for(budget, plan(schema, workload, budget.with_neighbours("add-remove"), max_view_size=max_view_size,
+                                          max_view_cells=max_view_cells, target_gap=target_gap, tie=tie, max_seconds=max_seconds,
+                                          max_iterations=max_iterations, residual_plan=residual_plan, all_numeric=all_numeric,
+                                          optimiser_options=optimiser_options))
     if not 0 < float(target_gap) < 1:
         raise InputError("target_gap", target_gap, "must be in (0, 1)")
     if isinstance(schema, str):
@@ -206,5 +217,27 @@ def plan(
         sol.iterations, {"qs": t1 - t0, "build": t2 - t1, "optimise": t3 - t2}, notes,
         problem_options={"max_view_size": int(max_view_size), "max_view_cells": None if max_view_cells is None else int(max_view_cells)},
     )
+    log.info("%r", out)
+    return out
+
+
+def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
+    """``base`` (an add-remove plan at ``budget.beta``) with every noise variance scaled so that
+    its operators cost ``budget.beta`` (less the margin) under ``budget.neighbours``; no lower bound
+    (the certificate is for the diagonal constraints). The reference is ``qs`` under the same
+    relation."""
+    from dataclasses import replace
+
+    from ..planners.residual import plan_residual
+    from .gls import applied_privacy_cost, measurement_operators
+
+    cost = applied_privacy_cost(measurement_operators(base), budget.neighbours)
+    scale = budget.beta * (1 - BUDGET_MARGIN) / cost  # shares (1 / sigma^2) times this
+    qs_ref = plan_residual(base.workload, "qs", QSSolver(), Budget.from_beta(1.0).with_neighbours(budget.neighbours))
+    qs_tv = float(qs_ref.total_variance * qs_ref.budget.beta) / budget.beta
+    out = replace(base, budget=budget, shares=base.shares * scale, residual_sigma2=base.residual_sigma2 / scale,
+                  total_variance=base.total_variance / scale, lower_bound=0.0, qs_total_variance=qs_tv,
+                  notes=list(base.notes) + [f"{budget.neighbours} neighbours: the add-remove optimum with its noise scaled to the {budget.neighbours} cost "
+                                            f"({cost:.6g} at the add-remove plan); not certified under {budget.neighbours}"])
     log.info("%r", out)
     return out

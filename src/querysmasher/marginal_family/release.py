@@ -28,7 +28,7 @@ __all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_margi
 
 def check_marginal_plan(plan) -> float:
     """The privacy cost of the operators measure applies; an InputError above the plan's budget."""
-    cost = applied_privacy_cost(measurement_operators(plan))
+    cost = applied_privacy_cost(measurement_operators(plan), plan.budget.neighbours)
     if not np.isfinite(cost) or cost > plan.budget.beta:
         raise InputError("plan", plan.method, f"its applied operators cost beta {cost!r}, above the budget {plan.budget.beta!r}")
     return cost

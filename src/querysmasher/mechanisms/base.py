@@ -21,7 +21,7 @@ from ..linalg import content_hash, kron_apply, psd_eigh, psd_power
 __all__ = [
     "ViewMechanism", "MECHANISM_KINDS", "EXACT_PAIR_CELLS", "LOWRANK_EXACT_PAIR_WORK", "RANK_RTOL", "SMALL_CELLS",
     "shared_psd_eigh", "shared_psd_power", "prime_eigh", "mechanism_cost", "count_positive", "refuse",
-    "max_pair_distance", "check_square_factors",
+    "max_pair_distance", "factor_pair_distance", "check_square_factors",
 ]
 
 EXACT_PAIR_CELLS = 4096  # replace costs are computed exactly over all cell pairs up to this many cells
@@ -302,6 +302,24 @@ def _cached_powers(mech: ViewMechanism, power: float) -> list[np.ndarray]:
 def check_square_factors(mech: ViewMechanism, shapes: list[tuple[int, int]]) -> None:
     if [tuple(m.shape) for m in mech.mats] != shapes:
         raise refuse(mech.kind, f"has matrices of shapes {[m.shape for m in mech.mats]}, expected {shapes}")
+
+
+def factor_pair_distance(u: np.ndarray, rows: int = 512) -> float:
+    """Replace cost of X = U U^T from its factor U (one row per cell): max over cell pairs of
+    |u_i - u_j|^2, exact in row blocks while cells^2 * columns stays below
+    ``LOWRANK_EXACT_PAIR_WORK``; above it the bound (|u_i| + |u_j|)^2 <= 4 max |u_i|^2
+    (over-reporting is safe)."""
+    u = np.asarray(u, dtype=float)
+    n = np.einsum("ij,ij->i", u, u)
+    if u.shape[0] < 2:
+        return 0.0
+    if u.shape[0] ** 2 * max(u.shape[1], 1) > LOWRANK_EXACT_PAIR_WORK:
+        return 4.0 * float(n.max(initial=0.0))
+    best = 0.0
+    for lo in range(0, u.shape[0], rows):
+        block = n[lo:lo + rows, None] + n[None, :] - 2.0 * (u[lo:lo + rows] @ u.T)
+        best = max(best, float(block.max()))
+    return best
 
 
 def mechanism_cost(mech: ViewMechanism, neighbours: str) -> float:

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .base import LOWRANK_EXACT_PAIR_WORK, ViewMechanism, count_positive, refuse
+from .base import ViewMechanism, count_positive, factor_pair_distance, refuse
 
 __all__ = ["LowRankMechanism"]
 
@@ -58,7 +58,8 @@ class LowRankMechanism(ViewMechanism):
     def replace_cost(self) -> float:
         if self.cells < 2 or self.pairs_enumerable:
             return super().replace_cost()
-        return _lowrank_pair_distance(*self.mats)
+        v, s = self.mats
+        return factor_pair_distance(v * np.sqrt(np.clip(s, 0.0, None)))
 
     def _applied(self) -> ViewMechanism:
         rot = self.rotation
@@ -100,18 +101,3 @@ def _lowrank_factors(mech: "LowRankMechanism") -> tuple[np.ndarray, np.ndarray, 
     v, s = mech.mats
     nz = s > 0
     return v[:, nz], np.sqrt(s[nz]), None if mech.rotation is None else mech.rotation[:, nz]
-
-
-def _lowrank_pair_distance(v: np.ndarray, s: np.ndarray, rows: int = 512) -> float:
-    """Replace cost of X = V diag(s) V^T from its factor U = V diag(s)^(1/2): max over cell pairs of
-    |u_i - u_j|^2, exact in row blocks while cells^2 * rank stays below ``LOWRANK_EXACT_PAIR_WORK``;
-    above it the bound (|u_i| + |u_j|)^2 <= 4 max diag (over-reporting is safe)."""
-    u = v * np.sqrt(np.clip(s, 0.0, None))
-    n = np.einsum("ij,ij->i", u, u)
-    if u.shape[0] ** 2 * max(u.shape[1], 1) > LOWRANK_EXACT_PAIR_WORK:
-        return 4.0 * float(n.max(initial=0.0))
-    best = 0.0
-    for lo in range(0, u.shape[0], rows):
-        block = n[lo:lo + rows, None] + n[None, :] - 2.0 * (u[lo:lo + rows] @ u.T)
-        best = max(best, float(block.max()))
-    return best
