@@ -238,6 +238,20 @@ def stage_resource(stage, what, floor=0):
     return inner
 
 
+def stage_threads_of(stage):
+    """The threads callable of a per-experiment rule (querysmasher.pipeline.resources.stage_threads:
+    evaluate of a large measured experiment splits its views over several; Snakemake lowers it to
+    --cores when fewer are given)."""
+
+    def inner(wildcards):
+        from querysmasher.pipeline.resources import stage_threads
+
+        name = experiment_of(wildcards).name
+        return stage_threads(stage, EXPERIMENTS[name], measured=MEASURED.get(name, False))
+
+    return inner
+
+
 def grid_resource(stage, what):
     """A resource callable of a whole-grid job (aggregate, paper_table): the largest estimate of the
     stage over the grid's experiments is not needed (these jobs read metrics files only), so the

@@ -37,7 +37,7 @@ rule evaluate:
         f"{R}/{{experiment}}/benchmarks/evaluate.tsv"
     group:
         experiment_group
-    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
+    threads: stage_threads_of("evaluate")  # one, or its views split over several for a large measured workload
     resources:
         # the plan, the records and one view's answers at a time (released), or the plan's summary
         mem_mb=stage_resource("evaluate", "mem_mb"),

@@ -129,3 +129,43 @@ def test_api_plan_with_threads_equals_the_one_thread_plan():
     two = qs.make_plan("cps", "marginal:2", method="qs", beta=1.0, threads=2)
     assert np.array_equal(one.losses, two.losses) and one.rmse == two.rmse
     assert threads.budget() == 1
+
+
+@pytest.mark.parametrize("method", ["qs", "qsplus"])
+def test_evaluate_split_over_threads_equals_one_thread(tmp_path, method):
+    """evaluate with its views split over two forked workers reports the same metrics as on one
+    thread (sums in another order), for plans of two kinds."""
+    from querysmasher.pipeline import steps
+    from querysmasher.pipeline.evaluate import evaluate
+    from querysmasher.planfiles import save_any_plan
+
+    source = {"kind": "synthetic", "records": 400, "seed": 3}
+    plan = make_plan_for(method)
+    p, m, a = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
+    save_any_plan(plan, p)
+    steps.measure_to_file(p, m, source=source, seed=5)
+    steps.reconstruct_to_file(p, m, a)
+    one = evaluate(p, tmp_path / "one.json", answers_path=a, source=source)
+    with threads.limited(2):
+        two = evaluate(p, tmp_path / "two.json", answers_path=a, source=source)
+    assert one["empirical_rmse"] > 0 and two["empirical_rmse"] == pytest.approx(one["empirical_rmse"], rel=1e-12)
+    assert two["mean_squared_z"] == pytest.approx(one["mean_squared_z"], rel=1e-12)
+
+
+def make_plan_for(method: str):
+    from querysmasher.planning import make_plan
+
+    return make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", method, beta=1.0)
+
+
+def test_only_a_large_measured_evaluate_asks_for_threads():
+    from querysmasher.pipeline.config import Experiment
+    from querysmasher.pipeline.resources import MAX_EVALUATE_THREADS, stage_resources, stage_threads
+
+    small = Experiment("s", "s", "synthetic:n=4,d=3", False, "prefix:1+abs:2", "qs", 1.0, 0, {})
+    large = Experiment("l", "s", "synthetic:n=40,d=40", False, "range:1+affine:2+prefix:3", "qs", 1.0, 0, {})
+    assert stage_threads("evaluate", small) == 1
+    assert 1 < stage_threads("evaluate", large) <= MAX_EVALUATE_THREADS
+    assert stage_threads("evaluate", large, measured=False) == 1 and stage_threads("reconstruct", large) == 1
+    # each worker holds one view at a time: the request grows with the threads
+    assert stage_resources("evaluate", large)["mem_mb"] > stage_resources("reconstruct", large)["mem_mb"]

@@ -198,15 +198,16 @@ def reconstruct_residual_to_file(plan, measurements, out, *, plan_sha256: str, c
     return info
 
 
-def residual_released_answers(plan, answers_path):
-    """(workload view, released answers, variances) for every view of a residual plan, from its
-    answers file's tables one view at a time (bounded memory)."""
+def residual_released_answers(plan, answers_path, views=None):
+    """(workload view, released answers, variances) for every view of a residual plan (or the view
+    indices ``views``), from its answers file's tables one view at a time (bounded memory)."""
     from .io import open_h5
 
     with open_h5(answers_path, "answers") as f:
         variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
         offs, tables = f["views/table_offsets"][()], f["views/tables"]
-        for i, v in enumerate(plan.workload.views):
+        for i in range(len(plan.workload.views)) if views is None else views:
+            v = plan.workload.views[i]
             yield v, view_answers_from_table(plan, v, tables[int(offs[i]):int(offs[i + 1])]), variances(v)
 
 
@@ -225,9 +226,10 @@ def has_per_view_tables(plan) -> bool:
     return kind_of(plan).per_view_tables
 
 
-def released_answers(plan, answers_path):
-    """(workload view, released answers, variances or None) for every view of a plan of any kind,
-    read from its answers file one view at a time (bounded memory)."""
+def released_answers(plan, answers_path, views=None):
+    """(workload view, released answers, variances or None) for every view of a plan of any kind
+    (or the view indices ``views``, in that order), read from its answers file one view at a time
+    (bounded memory)."""
     from .plankinds import kind_of
 
-    return kind_of(plan).op("released_answers")(plan, answers_path)
+    return kind_of(plan).op("released_answers")(plan, answers_path, views)

@@ -150,10 +150,10 @@ def reconstruct_hdmm_to_file(plan: HDMMPlan, measurements: str | Path, out: str 
     return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
 
 
-def hdmm_released_answers(plan: HDMMPlan, answers_path):
-    """(workload view, released answers, None) for every view, read from an HDMM answers file one
-    view at a time (HDMM's answers file holds no variances)."""
+def hdmm_released_answers(plan: HDMMPlan, answers_path, views=None):
+    """(workload view, released answers, None) for every view (or the view indices ``views``),
+    read from an HDMM answers file one view at a time (HDMM's answers file holds no variances)."""
     with open_h5(answers_path, "answers") as f:
         offs, answers = f["views/answer_offsets"][()], f["views/answers"]
-        for i, v in enumerate(plan.workload.views):
-            yield v, answers[int(offs[i]):int(offs[i + 1])], None
+        for i in range(len(plan.workload.views)) if views is None else views:
+            yield plan.workload.views[i], answers[int(offs[i]):int(offs[i + 1])], None

@@ -81,9 +81,10 @@ def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path
     return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
 
 
-def marginal_released_answers(plan, answers_path):
-    """(workload view, released answers, variances) for every view, read one view at a time."""
+def marginal_released_answers(plan, answers_path, views=None):
+    """(workload view, released answers, variances) for every view (or the view indices ``views``),
+    read one view at a time."""
     with open_h5(answers_path, "answers") as f:
         offs, answers, variances = f["views/answer_offsets"][()], f["views/answers"], f["views/variances"]
-        for i, v in enumerate(plan.workload.views):
-            yield v, answers[offs[i]:offs[i + 1]], variances[offs[i]:offs[i + 1]]
+        for i in range(len(plan.workload.views)) if views is None else views:
+            yield plan.workload.views[i], answers[offs[i]:offs[i + 1]], variances[offs[i]:offs[i + 1]]

@@ -32,6 +32,28 @@ def read_benchmark(path: str | Path) -> dict | None:
     return {"seconds": max(num(r.get("s")) for r in rows), "max_rss_mb": max(num(r.get("max_rss")) for r in rows)}
 
 
+def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float, int]:
+    """Weighted squared error, weight, squared standardised error and its count over ``views``
+    (indices of the workload's views), one view at a time: bounded memory."""
+    import numpy as np
+
+    from ..data import marginal
+    from ..reconstruct import released_answers, view_answers_from_table
+
+    sq = wsum = zsum = 0.0
+    zn = 0
+    for v, released, var in released_answers(plan, answers_path, views):
+        truth = view_answers_from_table(plan, v, marginal(records, v.attrs, plan.schema.sizes))
+        err = released - truth
+        sq += v.weight * float(np.sum(err * err))
+        wsum += v.weight * err.shape[0]
+        if var is not None:
+            ok = var > 0
+            zsum += float(np.sum(err[ok] ** 2 / var[ok]))
+            zn += int(ok.sum())
+    return sq, wsum, zsum, zn
+
+
 def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None = None, answers_path=None, source: dict | None = None, experiment: dict | None = None) -> dict:
     """Metrics of one experiment: predicted RMSE (from the plan's stored summary) and, with
     ``answers_path``, the empirical RMSE of the released answers against the true answers computed
@@ -54,24 +76,14 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
         "certified": "lower_bound" in s, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s.get("notes", []),
     })
     if answers_path:
-        import numpy as np
-
-        from ..data import marginal
-        from ..reconstruct import released_answers, view_answers_from_table
+        from ..threads import budget, parallel_map
 
         plan = load_any_plan(plan_path)
         records = load_dataset(source, plan.schema)
-        sq = wsum = zsum = 0.0
-        zn = 0
-        for v, released, var in released_answers(plan, answers_path):  # one view at a time: bounded memory
-            truth = view_answers_from_table(plan, v, marginal(records, v.attrs, plan.schema.sizes))
-            err = released - truth
-            sq += v.weight * float(np.sum(err * err))
-            wsum += v.weight * err.shape[0]
-            if var is not None:
-                ok = var > 0
-                zsum += float(np.sum(err[ok] ** 2 / var[ok]))
-                zn += int(ok.sum())
+        # the views in as many shards as the job has threads (forked workers share plan and records)
+        shards = [list(range(i, len(plan.workload.views), budget())) for i in range(min(budget(), len(plan.workload.views)))]
+        parts = list(parallel_map(lambda views: _error_sums(plan, answers_path, records, views), shards))
+        sq, wsum, zsum, zn = (sum(p[i] for p in parts) for i in range(4))
         m.update({"empirical_rmse": math.sqrt(sq / wsum) if wsum else 0.0, "mean_squared_z": zsum / zn if zn else None, "records": len(records), "data": source})
     phases: dict[str, dict] = {}
     for stage, path in (benchmarks or {}).items():

@@ -34,7 +34,7 @@ import os
 
 from .cache import BASE_MEM_MB, estimate_decompose_mem_mb, runtime_minutes
 
-__all__ = ["stage_resources", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
+__all__ = ["stage_resources", "stage_threads", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
 
 STAGES = ("allocate", "measure", "reconstruct", "evaluate", "release", "aggregate", "paper")
 
@@ -127,6 +127,29 @@ def _kron_workload_mb(workload, copies: float) -> float:
     return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
 
 
+# evaluate (true answers of every query, one view at a time) splits its views over threads when
+# the workload has this many queries per thread: the Table 7 n = 40 row (632 million queries,
+# 20 s on one thread) was the last job of the grid's critical path on many cores
+EVALUATE_QUERIES_PER_THREAD = 100_000_000
+MAX_EVALUATE_THREADS = 8
+
+
+def stage_threads(stage: str, experiment, *, measured: bool = True) -> int:
+    """Threads of one job of ``stage``: evaluate of a measured experiment with more than
+    ``EVALUATE_QUERIES_PER_THREAD`` queries splits its views over up to ``MAX_EVALUATE_THREADS``
+    (processes of one BLAS thread); every other job runs on one.
+
+    >>> from querysmasher.pipeline.config import Experiment
+    >>> e = Experiment("x", "s", "synthetic:n=40,d=40", False, "range:1+affine:2+prefix:3", "qs", 1.0, 0, {})
+    >>> stage_threads("evaluate", e), stage_threads("measure", e), stage_threads("evaluate", e, measured=False)
+    (7, 1, 1)
+    """
+    if stage != "evaluate" or not measured:
+        return 1
+    queries = _workload(experiment).query_count()
+    return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(queries / EVALUATE_QUERIES_PER_THREAD))))
+
+
 def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
     """``{"mem_mb", "runtime"}`` of one job of ``stage`` for ``experiment`` (a
     :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
@@ -157,7 +180,8 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
     if stage == "allocate" or (stage in ("measure", "reconstruct", "evaluate", "release") and measured):
         # one view at a time: allocate's predicted per-query variances too (Table 4's circular:1,2
         # over [50]^40, 6.25 million queries per view: allocate peaked at 289 MB)
-        mb += _largest_view_mb(w)
+        # one view at a time in each of evaluate's workers
+        mb += _largest_view_mb(w) * (stage_threads(stage, experiment, measured=measured) if stage == "evaluate" else 1)
         if whole and stage != "allocate":  # the full data vector (measured HDMM plans only)
             from ..hdmm.plan import MAX_DOMAIN_CELLS
 
