@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 
 from .cache import BASE_MEM_MB, estimate_decompose_mem_mb, runtime_minutes
 
@@ -146,8 +147,17 @@ def stage_threads(stage: str, experiment, *, measured: bool = True) -> int:
     """
     if stage != "evaluate" or not measured:
         return 1
-    queries = _workload(experiment).query_count()
+    queries = _query_count(experiment.schema_spec, experiment.all_numeric, experiment.workload)
     return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(queries / EVALUATE_QUERIES_PER_THREAD))))
+
+
+@lru_cache(maxsize=4096)
+def _query_count(schema_spec: str, all_numeric: bool, workload: str) -> float:
+    """Queries of a workload (parsed once per process: Snakemake asks a rule's threads often)."""
+    from ..schema import parse_schema
+    from ..workload import parse_workload
+
+    return parse_workload(workload, parse_schema(schema_spec, all_numeric=all_numeric)).query_count()
 
 
 def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
