@@ -89,11 +89,17 @@ def records_shape(data: dict) -> tuple[int, float, bool]:
 
 
 def _workload(experiment):
+    """The experiment's parsed workload (read only here)."""
+    return _parsed_workload(experiment.schema_spec, experiment.all_numeric, experiment.workload)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_workload(schema_spec: str, all_numeric: bool, workload: str):
+    # parsed once per process: Snakemake asks a rule's threads and resources many times
     from ..schema import parse_schema
     from ..workload import parse_workload
 
-    schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
-    return parse_workload(experiment.workload, schema)
+    return parse_workload(workload, parse_schema(schema_spec, all_numeric=all_numeric))
 
 
 def _largest_view_mb(workload) -> float:
@@ -147,17 +153,8 @@ def stage_threads(stage: str, experiment, *, measured: bool = True) -> int:
     """
     if stage != "evaluate" or not measured:
         return 1
-    queries = _query_count(experiment.schema_spec, experiment.all_numeric, experiment.workload)
+    queries = _workload(experiment).query_count()
     return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(queries / EVALUATE_QUERIES_PER_THREAD))))
-
-
-@lru_cache(maxsize=4096)
-def _query_count(schema_spec: str, all_numeric: bool, workload: str) -> float:
-    """Queries of a workload (parsed once per process: Snakemake asks a rule's threads often)."""
-    from ..schema import parse_schema
-    from ..workload import parse_workload
-
-    return parse_workload(workload, parse_schema(schema_spec, all_numeric=all_numeric)).query_count()
 
 
 def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
