@@ -31,7 +31,8 @@ from ..plan import Plan
 from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
-from .optimize import DEFAULT_TARGET_GAP, Solution, certificate, optimise, start_from_residual_plan
+from . import symmetric
+from .optimize import DEFAULT_TARGET_GAP, JITTER, Solution, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,9 @@ def plan(
     views (None: when the workload is symmetric under attribute permutations). ``residual_plan``:
     a ``qs`` plan of the same workload at beta = 1 (planned here when None). ``optimiser_options``:
     passed to :func:`.optimize.optimise` (``method``: "auto", "lbfgs", "trust-krylov", "newton";
-    ``mu_factor``, ``mu_start``, ``round_iterations``, ``newton_iterations``)."""
+    ``mu_factor``, ``mu_start``, ``round_iterations``, ``newton_iterations``); "auto" first tries the
+    exact reduced SDP of :mod:`.symmetric` where it applies (uniform schema, the same pair queries on
+    every pair), "symmetric" insists on it."""
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
@@ -188,14 +191,37 @@ def plan(
         raise InputError("workload", workload.spec, f"has no view of 2..{max_view_size} attributes: qsplus is qs here")
     factors, shares, tau = start_from_residual_plan(problem, residual_plan)
     t2 = time.perf_counter()
-    start_obj, start_low = certificate(problem, factors, shares, tau)
+    # the start's objective (its bound comes with the descent's first round, when there is one)
+    start_obj = problem.evaluate([problem.residual_gram(k, shares[k] * (f @ f.T)) for k, f in enumerate(factors)], tau, want_grad=False).f
+    start_low = 0.0
     if start_obj > qs_tv * (1 + 1e-9):
         notes.append(f"the folded qs start has objective {start_obj:.8g} above qs {qs_tv:.8g}")
-    sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations,
-                   **(optimiser_options or {}))
+    options = dict(optimiser_options or {})
+    how = options.get("method", "auto")
+    sol = None
+    if how in ("auto", "symmetric"):
+        why = symmetric.applies(problem)
+        if why and how == "symmetric":
+            raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
+        if not why:
+            reduced, restricted = _symmetric_solution(problem)
+            if reduced.gap <= target_gap:
+                sol = reduced
+            elif restricted:  # the optimum in practice, its certificate loose: the descent would not do better
+                notes.append(f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
+                             f"workload's span; certified gap {reduced.gap:.2e} only")
+                sol = reduced
+            else:
+                notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
+                start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
+        options.pop("method", None)
+    if sol is None:
+        sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations,
+                       **options)
     t3 = time.perf_counter()
     if sol.objective > start_obj:  # never end above the start
         sol = Solution(factors, shares, tau, start_obj, max(start_low, sol.lower_bound), sol.iterations, sol.seconds, sol.history)
+    sol.lower_bound = min(sol.objective, max(sol.lower_bound, start_low))  # every bound found bounds the same optimum
     if sol.gap > target_gap:
         notes.append(f"stopped at certified gap {sol.gap:.2e} (target {target_gap:.0e})")
     beta = budget.beta * (1 - BUDGET_MARGIN)
@@ -219,6 +245,21 @@ def plan(
     )
     log.info("%r", out)
     return out
+
+
+def _symmetric_solution(problem: MarginalProblem) -> tuple[Solution, bool]:
+    """The optimum of :mod:`.symmetric`'s reduced SDP as a :class:`~.optimize.Solution`: its pair Gram
+    with the cell diagonal filled up to the cost (never a higher objective), evaluated exactly; and
+    whether the reduction was restricted."""
+    red = symmetric.solve_symmetric(problem)
+    m = len(problem.views)
+    c = red.gram + np.diag(1.0 - np.diag(red.gram))
+    c = (1 - JITTER) * c + JITTER * np.eye(len(c))
+    factor = np.linalg.cholesky(c)
+    shares = np.array([1.0 / m])
+    f = problem.evaluate([problem.residual_gram(0, c / m)], 0.0, want_grad=False).f
+    low = min(red.lower_bound, f)
+    return Solution([factor], shares, 0.0, f, low, 0, red.seconds, [(0, f, low)]), red.restricted
 
 
 def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:

@@ -1,0 +1,305 @@
+"""The symmetry-reduced SDP of a tied all-pairs problem: the family's exact optimum and its certificate in seconds.
+
+When the schema is uniform ([n]^d) and the workload is the same two-way query set on every pair of
+attributes (the paper's Table 4: ``affine:2``, ``abs:2``), the family's optimum can be taken
+invariant under every permutation of the attributes (convexity and symmetry): every pair view shares
+one Gram Y (pair residual coordinates, invariant under swapping the pair's two attributes). The
+full-domain Gram X = sum_g embed(Y) then commutes with the symmetric group S_d, and so does the
+workload Gram G; both split into four isotypic blocks (the irreducible representations of S_d that
+occur in the residual spaces of at most two attributes), each with a small multiplicity space:
+
+* trivial (multiplicity 1): the total, one attribute's residual alpha (the same on every attribute),
+  and the swap-even top beta (the same on every pair): 1 + (n-1) + n(n-1)/2 coordinates;
+* standard (d-1): alpha and beta of the form a_i = u_i alpha, b_ij = u_i beta + u_j sigma(beta)
+  (u orthogonal to the all-ones vector): (n-1) + (n-1)^2;
+* (d-2, 2) (d(d-3)/2): the swap-even top alone; (d-2, 1, 1) ((d-1)(d-2)/2): the swap-odd top alone.
+
+So tr(G X^+) = sum_lambda mult_lambda tr(G_lambda X_lambda^-1), X_lambda linear in Y: a semidefinite
+program whose size does not depend on d (blocks of at most (n-1) n coordinates), with the cost
+constraints diag(U Y U^T) <= 1 on the n(n+1)/2 swap-orbits of cells. It is solved by an interior
+point method (Clarabel through cvxpy), and the bound is recomputed here from the solver's dual blocks
+Phi_lambda (weak duality, as :mod:`.optimize` states it): any PSD Phi gives
+f* >= T(Phi)^2 / s(D(Phi)) with T = sum mult tr((G^1/2 Phi G^1/2)^1/2) and s(D) bounded through a
+diagonal L with D <= lambda_max(L^-1/2 D L^-1/2) L. The primal point handed back is the solver's Y
+with its cell diagonal filled up to the cost (which never raises the objective); its objective is
+re-evaluated exactly by :meth:`.problem.MarginalProblem.evaluate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..linalg import psd_power
+from .basis import view_basis
+from .problem import MarginalProblem, workload_residual_gram
+
+log = logging.getLogger(__name__)
+
+__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
+
+MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
+EXACT_MAX_CELLS = 100  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2: 1.9 GB, 80 s at n = 10)
+
+
+def applies(problem: MarginalProblem) -> str:
+    """Why the reduction does not apply to ``problem`` ("" when it does)."""
+    if any(len(v.attrs) != 2 for v in problem.views):
+        return "not every marginal view is a pair"
+    if len(problem.views) < 3:
+        return "fewer than three attributes"
+    if not problem.tied:
+        return "the workload is not symmetric under attribute permutations"
+    if problem.residual_only:
+        return "residual-only subsets take part of the budget"
+    if not problem.local or np.any(problem.m0):
+        return "the workload has views other than the pairs"
+    attrs = sorted({a for v in problem.views for a in v.attrs})
+    d = len(attrs)
+    if len(problem.views) != d * (d - 1) // 2:
+        return "not every pair of the attributes is a view"
+    if problem.views[0].cells > MAX_CELLS:
+        return f"pair views of {problem.views[0].cells} cells (the reduction is for at most {MAX_CELLS})"
+    return ""
+
+
+@dataclass
+class SymmetricSolution:
+    """The reduced SDP's optimum: ``gram`` the shared pair Gram in the cell basis (max diagonal 1 per
+    unit of share, so each view's Gram is gram / views), ``lower_bound`` the recomputed certificate
+    (total variance at beta = 1), ``sdp_value`` the solver's objective, ``seconds`` and the solver's status."""
+
+    gram: np.ndarray
+    lower_bound: float
+    sdp_value: float
+    seconds: float
+    status: str
+    restricted: bool = False
+
+
+class _Reduction:
+    """The coordinates of one pair view and the isotypic block maps (module docstring).
+
+    Pair residual coordinates (row-major (j1, j2), j = 0 the constant) are reordered into the swap-even
+    coordinates [total, (a1 + a2)/sqrt2, even top] and the swap-odd ones [(a1 - a2)/sqrt2, odd top],
+    ``je`` and ``jo`` (residual coordinates x even / odd coordinates, orthonormal columns)."""
+
+    def __init__(self, n: int, d: int, top: np.ndarray | None = None):
+        """``top``: orthonormal columns (top coordinates, (n-1)^2 rows) spanning a swap-invariant
+        subspace of the top to keep (None: the whole top)."""
+        self.n, self.d = n, d
+        self.m = d * (d - 1) // 2
+        nv = n - 1
+        idx = np.arange(n * n).reshape(n, n)
+        h = 1 / math.sqrt(2)
+        swap = np.array([(j2 - 1) * nv + (j1 - 1) for j1 in range(1, n) for j2 in range(1, n)])  # top index of the swapped coordinate
+        if top is None:
+            even_cols, odd_cols = [], []
+            for j1 in range(1, n):
+                for j2 in range(j1, n):
+                    a, b = (j1 - 1) * nv + (j2 - 1), (j2 - 1) * nv + (j1 - 1)
+                    e = np.zeros(nv * nv)
+                    if a == b:
+                        e[a] = 1.0
+                    else:
+                        e[a] = e[b] = h
+                        o = np.zeros(nv * nv)
+                        o[a], o[b] = h, -h
+                        odd_cols.append(o)
+                    even_cols.append(e)
+            top_even = np.array(even_cols).T.reshape(nv * nv, -1)
+            top_odd = np.array(odd_cols).T.reshape(nv * nv, -1) if odd_cols else np.zeros((nv * nv, 0))
+        else:
+            top_even = _orth(top + top[swap])
+            top_odd = _orth(top - top[swap])
+        top_rows = idx[1:, 1:].ravel()
+        je = np.zeros((n * n, 1 + nv + top_even.shape[1]))
+        je[0, 0] = 1.0
+        je[idx[1:, 0], 1 + np.arange(nv)] = h
+        je[idx[0, 1:], 1 + np.arange(nv)] = h
+        je[top_rows, 1 + nv:] = top_even
+        jo = np.zeros((n * n, nv + top_odd.shape[1]))
+        jo[idx[1:, 0], np.arange(nv)] = h
+        jo[idx[0, 1:], np.arange(nv)] = -h
+        jo[top_rows, nv:] = top_odd
+        self.je, self.jo = je, jo
+        self.re, self.ro = top_even.shape[1], top_odd.shape[1]
+        self.ne, self.no = self.je.shape[1], self.jo.shape[1]
+        # positions inside the even and odd coordinates
+        self.e_tot, self.e_a = 0, slice(1, 1 + nv)
+        self.e_top = slice(1 + nv, self.ne)
+        self.o_a, self.o_top = slice(0, nv), slice(nv, self.no)
+        self.mults = (1.0, d - 1.0, d * (d - 3) / 2, (d - 1) * (d - 2) / 2)
+
+    def blocks(self, ke, ko, xp=np):
+        """The four isotypic blocks (isometric multiplicity coordinates) of sum_g embed(Y) for the pair
+        Gram Y = je ke je^T + jo ko jo^T; ``xp``: numpy, or cvxpy for expressions."""
+        d, m = self.d, self.m
+        a, t = self.e_a, self.e_top
+        oa, ot = self.o_a, self.o_top
+        scale = np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / d)), np.full(self.re, 1 / math.sqrt(m))])
+        triv = m * _scaled(ke, scale, xp)
+        if xp is np:
+            std = np.block([
+                [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
+                [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
+                [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
+            ])
+        else:
+            std = xp.bmat([
+                [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
+                [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
+                [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
+            ])
+        return [triv, std, ke[t, t], ko[ot, ot]]
+
+    def adjoint(self, phis) -> tuple[np.ndarray, np.ndarray]:
+        """(De, Do): the gradient of sum_lambda mult tr(Phi_lambda X_lambda) w.r.t. (ke, ko)."""
+        d, m = self.d, self.m
+        a, t = self.e_a, self.e_top
+        oa, ot = self.o_a, self.o_top
+        de, do = np.zeros((self.ne, self.ne)), np.zeros((self.no, self.no))
+        scale = np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / d)), np.full(self.re, 1 / math.sqrt(m))])
+        mt, ms, m22, m211 = self.mults
+        de += mt * m * phis[0] * np.outer(scale, scale)
+        p = phis[1]
+        nv = self.n - 1
+        ia, ie, io = slice(0, nv), slice(nv, nv + self.re), slice(nv + self.re, nv + self.re + self.ro)
+        de[a, a] += ms * (d - 2) / 2 * p[ia, ia]
+        do[oa, oa] += ms * d / 2 * p[ia, ia]
+        de[a, t] += ms * math.sqrt((d - 2) / 2) * p[ia, ie]
+        de[t, a] += ms * math.sqrt((d - 2) / 2) * p[ie, ia]
+        do[oa, ot] += ms * math.sqrt(d / 2) * p[ia, io]
+        do[ot, oa] += ms * math.sqrt(d / 2) * p[io, ia]
+        de[t, t] += ms * p[ie, ie]
+        do[ot, ot] += ms * p[io, io]
+        if self.re:
+            de[t, t] += m22 * phis[2]
+        if self.ro:
+            do[ot, ot] += m211 * phis[3]
+        return de, do
+
+
+def _orth(a: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """Orthonormal columns spanning the columns of ``a`` (singular values above rtol x the largest)."""
+    if a.shape[1] == 0:
+        return a
+    u, sv, _ = np.linalg.svd(a, full_matrices=False)
+    return u[:, sv > rtol * max(float(sv.max(initial=0.0)), 1e-300)]
+
+
+def _scaled(k, s, xp):
+    if xp is np:
+        return k * np.outer(s, s)
+    return xp.multiply(k, np.outer(s, s))
+
+
+def _psd_sqrt(a: np.ndarray) -> np.ndarray:
+    return psd_power((a + a.T) / 2, 0.5)
+
+
+def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str = "CLARABEL", verbose: bool = False,
+                    solver_options: dict | None = None) -> SymmetricSolution:
+    """Solve the reduced SDP of ``problem`` (:func:`applies` must be "") and certify it.
+
+    ``restrict``: keep of each pair's top only the span of its workload's top (the lower residuals
+    stay whole), so the blocks have ~ 3 n coordinates instead of ~ n^2 / 2 (None: when the pair
+    has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
+    family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
+    then lives on the restricted space and its bound over the whole family is loose."""
+    import cvxpy as cp  # heavy: imported only when the reduction runs
+
+    why = applies(problem)
+    if why:
+        raise ValueError(f"the symmetric reduction does not apply: {why}")
+    t0 = time.perf_counter()
+    v0 = problem.views[0]
+    n = v0.sizes[0]
+    d = len({a for v in problem.views for a in v.attrs})
+    gp = workload_residual_gram(problem.workload, v0.attrs)
+    restrict = n * n > EXACT_MAX_CELLS if restrict is None else bool(restrict)
+    top = None
+    if restrict:
+        rows = np.arange(n * n).reshape(n, n)[1:, 1:].ravel()
+        w, vec = np.linalg.eigh(gp[np.ix_(rows, rows)])
+        top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
+    red = _Reduction(n, d, top)
+    ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
+    gblocks = red.blocks(ge, go)
+    u = view_basis((n, n))
+    me, mo = u @ red.je, u @ red.jo
+    half = [i * n + j for i in range(n) for j in range(i, n)]  # one cell per swap orbit
+    ke = cp.Variable((red.ne, red.ne), PSD=True)
+    ko = cp.Variable((red.no, red.no), PSD=True)
+    ae = sp.csr_matrix(np.einsum("ci,cj->cij", me[half], me[half]).reshape(len(half), -1))
+    ao = sp.csr_matrix(np.einsum("ci,cj->cij", mo[half], mo[half]).reshape(len(half), -1))
+    cost = ae @ cp.vec(ke, order="C") + (ao @ cp.vec(ko, order="C") if red.no else 0)
+    constraints = [cost <= 1]
+    objective = 0
+    lmis = []
+    for i, (gl, xl) in enumerate(zip(gblocks, red.blocks(ke, ko, cp))):
+        if gl.shape[0] == 0 or red.mults[i] == 0:
+            lmis.append(None)
+            continue
+        w, vec = np.linalg.eigh((gl + gl.T) / 2)
+        keep = w > 1e-12 * max(float(w.max()), 1e-300)
+        if not keep.any():
+            lmis.append(None)
+            continue
+        low = vec[:, keep] * np.sqrt(w[keep])
+        t = cp.Variable((low.shape[1], low.shape[1]), symmetric=True)
+        lmi = cp.bmat([[t, low.T], [low, (xl + xl.T) / 2]]) >> 0
+        constraints.append(lmi)
+        lmis.append((lmi, low.shape[1]))
+        objective = objective + red.mults[i] * cp.trace(t)
+    prob = cp.Problem(cp.Minimize(objective), constraints)
+    prob.solve(solver=solver, verbose=verbose, **(solver_options or {}))
+    if ke.value is None:
+        raise RuntimeError(f"cvxpy/{solver} did not solve the symmetric reduction (status {prob.status})")
+    kev, kov = ke.value, ko.value if red.no else np.zeros((0, 0))
+    gram = me @ kev @ me.T + (mo @ kov @ mo.T if red.no else 0)
+    gram = (gram + gram.T) / 2
+    gram /= float(np.diag(gram).max())
+    # the certificate, from the dual blocks (any PSD Phi gives a valid bound; scale-free)
+    tsum = 0.0
+    phis = []
+    for i, item in enumerate(lmis):
+        if item is None:
+            phis.append(np.zeros_like(gblocks[i]))
+            continue
+        lmi, k = item
+        dual = np.asarray(lmi.dual_value)
+        phi = (dual[k:, k:] + dual[k:, k:].T) / 2 / red.mults[i]
+        phi = _psd_sqrt(phi)
+        phi = phi @ phi  # its PSD part
+        g12 = _psd_sqrt(gblocks[i])
+        tsum += red.mults[i] * float(np.trace(_psd_sqrt(g12 @ phi @ g12)))
+        phis.append(phi)
+    de, do = red.adjoint(phis)
+    dres = red.je @ de @ red.je.T + (red.jo @ do @ red.jo.T if red.no else 0)
+    dcell = u @ (dres / red.m) @ u.T  # one view's share of Phi, in its cell basis
+    dcell = (dcell + dcell.T) / 2
+    lam_dual = np.zeros(n * n)
+    duals = np.asarray(constraints[0].dual_value, dtype=float).ravel()
+    for k, c in enumerate(half):
+        i, j = divmod(c, n)
+        if i == j:
+            lam_dual[c] = duals[k]
+        else:
+            lam_dual[c] = lam_dual[j * n + i] = duals[k] / 2
+    s_upper = math.inf
+    for lam in (lam_dual, np.einsum("ij,ji->i", dcell, gram), np.diag(dcell)):
+        lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
+        s = 1.0 / np.sqrt(lam)
+        top = float(np.linalg.eigvalsh(dcell * s[:, None] * s[None, :])[-1])
+        s_upper = min(s_upper, max(top, 0.0) * float(lam.sum()))
+    bound = tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
+    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
+    log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
+             "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
+    return out
