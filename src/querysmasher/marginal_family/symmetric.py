@@ -45,6 +45,8 @@ __all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 100  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2: 1.9 GB, 80 s at n = 10)
+INTERIOR_MAX_CELLS = 400  # restricted problems up to this many cells go to Clarabel (interior point), larger ones to SCS
+SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}
 
 
 def applies(problem: MarginalProblem) -> str:
@@ -80,6 +82,7 @@ class SymmetricSolution:
     seconds: float
     status: str
     restricted: bool = False
+    lam: np.ndarray | None = None  # the cost constraints' multipliers (cells)
 
 
 class _Reduction:
@@ -203,7 +206,7 @@ def _psd_sqrt(a: np.ndarray) -> np.ndarray:
     return psd_power((a + a.T) / 2, 0.5)
 
 
-def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str = "CLARABEL", verbose: bool = False,
+def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str | None = None, verbose: bool = False,
                     solver_options: dict | None = None) -> SymmetricSolution:
     """Solve the reduced SDP of ``problem`` (:func:`applies` must be "") and certify it.
 
@@ -211,7 +214,10 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     stay whole), so the blocks have ~ 3 n coordinates instead of ~ n^2 / 2 (None: when the pair
     has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
     family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
-    then lives on the restricted space and its bound over the whole family is loose."""
+    then lives on the restricted space and its bound over the whole family is loose. ``solver``:
+    a cvxpy solver (None: Clarabel, or SCS with :data:`SCS_OPTIONS` for restricted pairs of more
+    than :data:`INTERIOR_MAX_CELLS` cells, where the interior point method's dense cone scalings
+    outgrow memory)."""
     import cvxpy as cp  # heavy: imported only when the reduction runs
 
     why = applies(problem)
@@ -229,6 +235,10 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         w, vec = np.linalg.eigh(gp[np.ix_(rows, rows)])
         top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
     red = _Reduction(n, d, top)
+    if solver is None:
+        solver = "SCS" if restrict and n * n > INTERIOR_MAX_CELLS else "CLARABEL"
+        if solver == "SCS" and solver_options is None:
+            solver_options = dict(SCS_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
     u = view_basis((n, n))
@@ -299,7 +309,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         top = float(np.linalg.eigvalsh(dcell * s[:, None] * s[None, :])[-1])
         s_upper = min(s_upper, max(top, 0.0) * float(lam.sum()))
     bound = tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
-    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
+    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict, lam_dual)
     log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
              "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
     return out
