@@ -2,8 +2,9 @@
 
 It plans ``qs`` first (the residual family's certified optimum, the reference and the start),
 builds the marginal-family problem (:mod:`.problem`), folds the ``qs`` plan into it, optimises
-to the certified gap (:mod:`.optimize`) and keeps the better of the start and the optimum, so the
-plan never ends above ``qs``. Privacy (zCDP/beta-style: the views' costs add up): under add-remove
+to the certified gap (:mod:`.optimize`; for a uniform schema with the same pair queries on every
+pair, the exact reduced SDP of :mod:`.symmetric` instead) and keeps the better of the start and the
+optimum, so the plan never ends above ``qs``. Privacy (zCDP/beta-style: the views' costs add up): under add-remove
 neighbours a view's mechanism costs its Gram's largest diagonal entry, and the optimum is certified;
 under replace it costs its largest cell-pair distance (:func:`.gls.applied_privacy_cost`), and the
 plan is the add-remove optimum with every noise scaled to spend the budget under replace (valid,

@@ -45,8 +45,9 @@ __all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 100  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2: 1.9 GB, 80 s at n = 10)
-INTERIOR_MAX_CELLS = 400  # restricted problems up to this many cells go to Clarabel (interior point), larger ones to SCS
-SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}
+INTERIOR_MAX_CELLS = 100  # restricted problems up to this many cells go to Clarabel (interior point), larger ones to SCS (at [20]^40 affine: Clarabel 4.7 GB, 348 s; SCS 1.7 GB, 65 s, 6e-5 higher RMSE)
+SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells ([20]^40 affine: 65 s)
+SCS_LARGE_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # beyond ([30]^40 affine: 259 s, 0.9 GB; 1e-8 ran > 8 min)
 
 
 def applies(problem: MarginalProblem) -> str:
@@ -238,7 +239,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     if solver is None:
         solver = "SCS" if restrict and n * n > INTERIOR_MAX_CELLS else "CLARABEL"
         if solver == "SCS" and solver_options is None:
-            solver_options = dict(SCS_OPTIONS)
+            solver_options = dict(SCS_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
     u = view_basis((n, n))
