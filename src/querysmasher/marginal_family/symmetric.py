@@ -203,6 +203,11 @@ def _scaled(k, s, xp):
     return xp.multiply(k, np.outer(s, s))
 
 
+def _psd_part(a: np.ndarray) -> np.ndarray:
+    w, v = np.linalg.eigh((a + a.T) / 2)
+    return (v * np.maximum(w, 0.0)) @ v.T
+
+
 def _psd_sqrt(a: np.ndarray) -> np.ndarray:
     return psd_power((a + a.T) / 2, 0.5)
 
@@ -272,7 +277,9 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     prob.solve(solver=solver, verbose=verbose, **(solver_options or {}))
     if ke.value is None:
         raise RuntimeError(f"cvxpy/{solver} did not solve the symmetric reduction (status {prob.status})")
-    kev, kov = ke.value, ko.value if red.no else np.zeros((0, 0))
+    # the solver's point projected onto the PSD cone (a first-order solver's is PSD only to its tolerance)
+    kev = _psd_part(ke.value)
+    kov = _psd_part(ko.value) if red.no else np.zeros((0, 0))
     gram = me @ kev @ me.T + (mo @ kov @ mo.T if red.no else 0)
     gram = (gram + gram.T) / 2
     gram /= float(np.diag(gram).max())
@@ -286,8 +293,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         lmi, k = item
         dual = np.asarray(lmi.dual_value)
         phi = (dual[k:, k:] + dual[k:, k:].T) / 2 / red.mults[i]
-        phi = _psd_sqrt(phi)
-        phi = phi @ phi  # its PSD part
+        phi = _psd_part(phi)
         g12 = _psd_sqrt(gblocks[i])
         tsum += red.mults[i] * float(np.trace(_psd_sqrt(g12 @ phi @ g12)))
         phis.append(phi)
