@@ -106,3 +106,21 @@ def test_adult_release(capsys, adult_data, tmp_path):
     assert main(["release", _write(tmp_path, raw), "--out", str(out)]) == 0
     t = pd.read_csv(out / "age__sex.csv")
     assert len(t) == 170 and (t["std_error"] > 0).all()
+
+
+def test_qsplus_release_publishes_every_pair_table_with_standard_errors(capsys, spec):
+    """qsplus measures each pair's whole marginal at full rank, so the affine table (a projection
+    under qs) is published with exact standard errors; the budget is re-checked on its operators."""
+    tmp_path, raw, n = spec
+    raw.update(method="qsplus", tables=[{"marginal": ["sex", "age"]}, {"affine": ["age", "income"]}], neighbours="add-remove")
+    out = tmp_path / "release"
+    assert main(["release", _write(tmp_path, raw), "--out", str(out)]) == 0, capsys.readouterr().err
+    info = json.loads((out / "release.json").read_text())
+    assert info["method"] == "qsplus" and info["seeded"] is False and info["tables_omitted"] == 0
+    assert info["privacy_cost_checked"] <= info["budget"]["beta"]
+    for name, rows in (("age__sex.csv", 12), ("age__income.csv", 30)):
+        t = pd.read_csv(out / name)
+        assert len(t) == rows and (t["std_error"] > 0).all()
+    assert (out / "answers" / "affine__age__income.csv").is_file()
+    assert pd.read_csv(out / "age__sex.csv")["estimate"].sum() == pytest.approx(pd.read_csv(out / "age__income.csv")["estimate"].sum())
+    assert (pd.read_csv(out / "postprocessed" / "age__income.csv")["count"] >= 0).all()

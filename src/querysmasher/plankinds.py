@@ -40,14 +40,16 @@ OPERATIONS: dict[str, str] = {
     "measure_to_file": "(plan, records, noise, path, *, plan_sha256) -> None: the measurements file",
     "reconstruct_to_file": "(plan, measurements_path, out, *, plan_sha256, csv_dir=None, max_answers=None) -> dict: the answers file",
     "released_answers": "(plan, answers_path) -> iterator of (view, answers, variances or None)",
+    "release_tables": "(plan, records, noise) -> (tables, view_answers, total): a release's publishable tables (querysmasher.tables.write_table_files); empty for kinds without per-view tables",
 }
 
 
 @dataclass(frozen=True)
 class PlanKind:
     """One kind of plan record: its file kind (the ``kind`` attribute of its HDF5 files), the
-    record's class (``"module:Class"``), whether its answers come as per-view tables (CSV tables,
-    release specs), and its operations (see ``OPERATIONS``) as ``"module:attribute"`` names."""
+    record's class (``"module:Class"``), whether its reconstruct stage writes per-view CSV tables
+    (``--csv``), and its operations (see ``OPERATIONS``) as ``"module:attribute"`` names; a kind
+    whose ``release_tables`` is empty cannot be released from a release spec."""
 
     file_kind: str
     plan_type: str
@@ -58,11 +60,14 @@ class PlanKind:
     measure_to_file: str
     reconstruct_to_file: str
     released_answers: str
+    release_tables: str = ""
 
     def op(self, name: str) -> Callable:
         """The operation ``name`` (imported on first use)."""
         if name not in OPERATIONS:
             raise KeyError(f"plan kinds have no operation {name!r} (they have {', '.join(OPERATIONS)})")
+        if not getattr(self, name):
+            raise KeyError(f"plans of kind {self.file_kind!r} have no operation {name!r}")
         return _resolve(getattr(self, name))
 
     def record_type(self) -> type:
@@ -100,6 +105,7 @@ register_plan_kind(PlanKind(
     measure_to_file="querysmasher.measure:measure_residual_to_file",
     reconstruct_to_file="querysmasher.reconstruct:reconstruct_residual_to_file",
     released_answers="querysmasher.reconstruct:residual_released_answers",
+    release_tables="querysmasher.reconstruct:residual_release_tables",
 ))
 register_plan_kind(PlanKind(
     "hdmm-plan", "querysmasher.hdmm.plan:HDMMPlan", False,
@@ -116,4 +122,5 @@ register_plan_kind(PlanKind(
     measure_to_file="querysmasher.marginal_family.release:measure_marginal_to_file",
     reconstruct_to_file="querysmasher.marginal_family.release:reconstruct_marginal_to_file",
     released_answers="querysmasher.marginal_family.release:marginal_released_answers",
+    release_tables="querysmasher.marginal_family.release:marginal_release_tables",
 ))

@@ -35,7 +35,7 @@ from .workload import WorkloadView
 log = logging.getLogger(__name__)
 
 __all__ = ["Reconstruction", "reconstruct", "save_answers", "write_csv_tables", "view_answers_from_table", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS",
-           "reconstruct_residual_to_file", "residual_released_answers", "reconstruct_plan_to_file", "has_per_view_tables", "released_answers"]
+           "reconstruct_residual_to_file", "residual_released_answers", "reconstruct_plan_to_file", "has_per_view_tables", "released_answers", "residual_release_tables"]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -182,6 +182,16 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     index = write_tables(folder, rec, answers=False)
     return [folder / t["file"] for t in index["tables"] if t["file"]]
+
+
+def residual_release_tables(plan, records, noise):
+    """The release of a residual plan (kind ``plan``): measure ``records`` with ``noise``, reconstruct,
+    and return the publishable tables as :func:`querysmasher.tables.write_table_files` takes them."""
+    from .measure import measure_iter, measured_views
+    from .tables import residual_table_data
+
+    meas = Measurements(measured_views(plan), [y for _, y in measure_iter(plan, records, noise)], False)
+    return residual_table_data(reconstruct(plan, meas))
 
 
 def reconstruct_residual_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:

@@ -10,7 +10,7 @@ A release spec is one YAML file::
         weight: 2
     budget: {rho: 0.5}              # one of beta | rho | mu | epsilon (+ delta); delta alone sets the report delta
     neighbours: add-remove          # or replace
-    method: qs                      # qs (default), or any method of the method table whose plans have per-view tables
+    method: qs                      # qs (default), or any method whose plan kind releases tables (qsplus too; not hdmm)
     on_invalid: error               # or drop
     postprocess: false              # also write non-negative integer tables (labelled, biased)
 
@@ -144,7 +144,10 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
         m.check(noise="gaussian", neighbours=neighbours)
     except InputError as exc:
         raise InputError("release spec: method", method, exc.reason) from None
-    if m.declared("plan_kind", "plan") != "plan":
+    from .plankinds import PLAN_KINDS
+
+    kind = PLAN_KINDS.get(m.declared("plan_kind", "plan"))
+    if kind is None or not kind.release_tables:
         raise InputError("release spec: method", method, "makes plans without per-view tables (answers only): a release publishes tables")
     on_invalid = raw.get("on_invalid", "error")
     if on_invalid not in ("error", "drop"):
@@ -187,14 +190,12 @@ def release_workload(tables, schema: Schema) -> Workload:
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
     from .data import load_records, warn_dropped
-    from .measure import Measurements, check_budget, measure_iter, measured_views
     from .noise import make_noise
     from .planning import make_plan
-    from .reconstruct import has_per_view_tables
-    from .reconstruct import reconstruct
+    from .plankinds import kind_of
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
-    from .tables import write_tables
+    from .tables import write_table_files
 
     out = Path(out)
     check_output(out, inputs=[spec.source, spec.data, spec.domain], folder=True)
@@ -203,17 +204,18 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     schema = parse_schema(spec.domain)
     workload = release_workload(spec.tables, schema)
     plan = make_plan(schema, workload, spec.method, spec.budget)
-    if not has_per_view_tables(plan):
+    kind = kind_of(plan)
+    if not kind.release_tables:
         raise InputError("release spec: method", spec.method, "makes plans without per-view tables (answers only): a release publishes tables")
-    cost = check_budget(plan)  # before any record is read
+    cost = kind.op("check")(plan)  # before any record is read
     noise = make_noise(None, "opendp")
     # the lock is taken before any record is read: a second release into the same folder fails now
     with atomic_folder(out) as tmp:
         records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
         warn_dropped(records)  # that rows were dropped, never how many
-        meas = Measurements(measured_views(plan), [y for _, y in measure_iter(plan, records, noise)], False)
+        tables, view_answers, total = kind.op("release_tables")(plan, records, noise)
         del records
-        index = write_tables(tmp, reconstruct(plan, meas), postprocessed=spec.postprocess)
+        index = write_table_files(tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess)
         info = {
             "workload": plan.workload.spec,
             "method": plan.method,

@@ -31,7 +31,7 @@ from .families import count_1d
 from .filenames import distinct_file_names
 from .workload import WorkloadView
 
-__all__ = ["cells_estimable", "cell_variances", "write_tables", "MAX_EXPLICIT_CELLS"]
+__all__ = ["cells_estimable", "cell_variances", "write_tables", "write_table_files", "residual_table_data", "MAX_EXPLICIT_CELLS"]
 
 MAX_EXPLICIT_CELLS = 4096  # cell variances through a non-Kronecker residual mechanism: explicit up to this many cells
 
@@ -109,28 +109,49 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
 def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed: bool = False, max_answers: int = 1_000_000) -> dict:
     """Write the publishable tables of a reconstruction into ``folder`` (see the module docstring);
     return (and write as ``tables.json``) an index of what was written and what was omitted, why."""
+    tables, view_answers, total = residual_table_data(rec)
+    return write_table_files(folder, rec.plan, tables, view_answers if answers else (), total=total, postprocessed=postprocessed,
+                             max_answers=max_answers)
+
+
+def residual_table_data(rec):
+    """(tables, view_answers, total) of a residual plan's reconstruction, as
+    :func:`write_table_files` takes them."""
     from .variances import ViewVarianceMemo
 
     plan = rec.plan
     variances = ViewVarianceMemo(plan)
-    folder = Path(folder)
-    index: dict = {"tables": [], "answers": [], "postprocessed": []}
-    views = list(dict.fromkeys(v.attrs for v in plan.workload.views))
-    names = plan.schema.names
-    # file names from attribute names (data read from a domain file): never a path, never shared
-    table_files = dict(zip(views, distinct_file_names([names[a] for a in attrs] for attrs in views)))
-    answer_files = distinct_file_names((v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
-                                       for k, v in enumerate(plan.workload.views))
-    total = float(rec.table(())[0]) if cells_estimable(plan, ())[0] else None
-    for attrs in views:
+    tables = []
+    for attrs in dict.fromkeys(v.attrs for v in plan.workload.views):
         ok, why = cells_estimable(plan, attrs)
         var = cell_variances(plan, attrs) if ok else None
-        entry = {"view": [plan.schema.names[a] for a in attrs]}
-        if not ok or var is None:
-            entry.update(file=None, omitted=why or f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed")
+        if ok and var is None:
+            why = f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed"
+        tables.append((attrs, rec.table(attrs) if var is not None else None, var, why))
+    total = float(rec.table(())[0]) if cells_estimable(plan, ())[0] else None
+    view_answers = [(v, lambda v=v: (rec.view_answers(v), variances(v))) for v in plan.workload.views]
+    return tables, view_answers, total
+
+
+def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: float | None, postprocessed: bool = False,
+                      max_answers: int = 1_000_000) -> dict:
+    """The files of :func:`write_tables` for a plan of any kind: ``tables`` is one (attrs, cell
+    estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
+    (workload view, callable -> (answers, variances)) per workload view in the workload's order
+    (computed only for views that are written), ``total`` the estimated total the postprocessed
+    tables are rescaled to (None: no postprocessed tables)."""
+    folder = Path(folder)
+    index: dict = {"tables": [], "answers": [], "postprocessed": []}
+    names = plan.schema.names
+    views = [attrs for attrs, *_ in tables]
+    # file names from attribute names (data read from a domain file): never a path, never shared
+    table_files = dict(zip(views, distinct_file_names([names[a] for a in attrs] for attrs in views)))
+    for attrs, table, var, why in tables:
+        entry = {"view": [names[a] for a in attrs]}
+        if table is None or var is None:
+            entry.update(file=None, omitted=why)
         else:
             frame = _cell_frame(plan, attrs)
-            table = rec.table(attrs)
             frame["estimate"] = table
             frame["std_error"] = np.sqrt(np.maximum(var, 0))
             path = folder / f"{table_files[attrs]}.csv"
@@ -143,15 +164,18 @@ def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed
                 _write_csv(pp, pp_path)
                 index["postprocessed"].append(str(pp_path.relative_to(folder)))
         index["tables"].append(entry)
-    if answers:
-        for k, v in enumerate(plan.workload.views):
+    view_answers = list(view_answers)
+    if view_answers:
+        answer_files = distinct_file_names((v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
+                                           for k, (v, _) in enumerate(view_answers))
+        for k, (v, compute) in enumerate(view_answers):
             n = plan.workload.view_count(v)
             name = answer_files[k]
             if n > max_answers:
                 index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
                 continue
             path = folder / "answers" / f"{name}.csv"
-            _write_csv(_answers_frame(plan, v, rec.view_answers(v), variances(v)), path)
+            _write_csv(_answers_frame(plan, v, *compute()), path)
             index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
     if postprocessed:
         index["postprocessed_note"] = ("non-negative integer counts, each table rescaled to the estimated total; biased, "

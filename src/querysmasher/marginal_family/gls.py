@@ -16,6 +16,7 @@ variance, diag(Q_v U_v Cov(phî)_(v) U_v^T Q_v^T) / n_v with Cov = X'^-1 = E + 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -29,7 +30,7 @@ from ..linalg import psd_power
 from ..mechanisms.base import factor_pair_distance
 from .basis import from_residual, to_residual, view_coords
 
-__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "view_queries"]
+__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class Answers:
     answers: list[np.ndarray]
     variances: list[np.ndarray]
     tables: list[np.ndarray]
+    cell_variances: list[np.ndarray | None] | None = None  # when asked: per view, None where not estimable
 
     def total_variance(self, workload) -> float:
         return float(sum(v.weight * var.sum() for v, var in zip(workload.views, self.variances)))
@@ -205,14 +207,18 @@ class _Solver:
         return c, sz, lp, lg, tops, res
 
 
-def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None) -> Answers:
+def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None,
+                cell_variances: bool = False, max_cells: int = 4096) -> Answers:
     """GLS answers to every workload query with exact variances (module docstring). Measurements
-    may carry a trailing batch axis (independent draws): answers and tables then carry it too."""
+    may carry a trailing batch axis (independent draws): answers and tables then carry it too.
+    ``cell_variances``: also the variance of every cell of each workload view's table (views of at
+    most ``max_cells`` cells whose table is an unbiased estimate of the marginal, else None;
+    :func:`table_estimable` says why)."""
     ops = measurement_operators(plan) if ops is None else ops
     sol = _Solver(plan)
     phi = sol.solve(ops, measurements)
     wl = plan.workload
-    answers, variances, tables = [], [], []
+    answers, variances, tables, cell_var = [], [], [], []
     for v in wl.views:
         c, sz, lp, lg, tops, res = sol.view_layout(v.attrs)
         n = math.prod(sz)
@@ -227,23 +233,53 @@ def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] 
         q = view_queries(wl, v)
         answers.append(q @ table)
         tables.append(table)
-        # covariance of phî on this view's coordinates: E + R Q R^T
-        qu = to_residual(q, sz) / math.sqrt(n)
-        cols = np.unique(np.concatenate([lg] + [sol.p.views[k].low_glob for k, _ in tops])) if (len(lg) or tops) else np.zeros(0, dtype=np.int64)
-        r = np.zeros((n, len(cols)))
-        if len(lp):
-            r[lp, np.searchsorted(cols, lg)] = 1.0
-        var = np.zeros(q.shape[0])
-        for k, pos in tops:
-            ainv, kk, _ = sol.elim[k]
-            r[np.ix_(pos, np.searchsorted(cols, sol.p.views[k].low_glob))] = -kk
-            z = qu[:, pos]
-            var += np.einsum("ij,ij->i", z @ ainv, z)
-        for s, pos in res:
-            z = qu[:, pos]
-            var += np.einsum("ij,ij->i", z @ sol.res[s][1], z)
-        if len(cols):
-            z = qu @ r
-            var += np.einsum("ij,ij->i", z @ sol.q[np.ix_(cols, cols)], z)
-        variances.append(var)
-    return Answers(answers, variances, tables)
+        variances.append(_query_variances(sol, q, sz, lp, lg, tops, res))
+        if cell_variances:
+            ok = table_estimable(plan, v.attrs)[0] and n <= max_cells
+            cell_var.append(_query_variances(sol, np.eye(n), sz, lp, lg, tops, res) if ok else None)
+    return Answers(answers, variances, tables, cell_var if cell_variances else None)
+
+
+def _query_variances(sol: _Solver, q: np.ndarray, sz, lp, lg, tops, res) -> np.ndarray:
+    """diag(Q U Cov(phî) U^T Q^T) / n for queries Q over a workload view's cells, Cov = E + R S^-1 R^T
+    on the view's coordinates (its tops eliminated, its lower columns from the lower system)."""
+    n = math.prod(sz)
+    qu = to_residual(q, sz) / math.sqrt(n)
+    cols = np.unique(np.concatenate([lg] + [sol.p.views[k].low_glob for k, _ in tops])) if (len(lg) or tops) else np.zeros(0, dtype=np.int64)
+    r = np.zeros((n, len(cols)))
+    if len(lp):
+        r[lp, np.searchsorted(cols, lg)] = 1.0
+    var = np.zeros(q.shape[0])
+    for k, pos in tops:
+        ainv, kk, _ = sol.elim[k]
+        r[np.ix_(pos, np.searchsorted(cols, sol.p.views[k].low_glob))] = -kk
+        z = qu[:, pos]
+        var += np.einsum("ij,ij->i", z @ ainv, z)
+    for s, pos in res:
+        z = qu[:, pos]
+        var += np.einsum("ij,ij->i", z @ sol.res[s][1], z)
+    if len(cols):
+        z = qu @ r
+        var += np.einsum("ij,ij->i", z @ sol.q[np.ix_(cols, cols)], z)
+    return var
+
+
+def table_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
+    """(estimable, reason): whether a view's reconstructed table is an unbiased estimate of its
+    marginal, i.e. every residual coordinate of the view is measured at full rank (marginal views'
+    mechanisms are full rank; a residual-only subset's ``qs`` mechanism may not be)."""
+    p, sizes_all = plan.problem, plan.schema.sizes
+    marginal = {v.attrs for v in p.views}
+    residual = dict(zip(plan.residual_views, range(len(plan.residual_views))))
+    for r in range(len(attrs) + 1):
+        for sub in itertools.combinations(attrs, r):
+            if sub in p.lower or sub in marginal or math.prod(sizes_all[a] - 1 for a in sub) == 0:
+                continue
+            name = ",".join(plan.schema.names[a] for a in sub)
+            if sub not in residual:
+                return False, f"residual view ({name}) is not measured"
+            need = math.prod(sizes_all[a] - 1 for a in sub)
+            got = plan.residual_mechanism(residual[sub]).rank()
+            if got < need:
+                return False, f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection"
+    return True, ""

@@ -23,7 +23,9 @@ from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import as_noise
 from .gls import applied_privacy_cost, measure_marginals, measurement_operators, reconstruct
 
-__all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers"]
+__all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers", "marginal_release_tables"]
+
+MAX_TABLE_CELLS = 4096  # cell variances of a workload view's table: explicit (cells x cells) up to this many cells
 
 
 def check_marginal_plan(plan) -> float:
@@ -32,6 +34,35 @@ def check_marginal_plan(plan) -> float:
     if not np.isfinite(cost) or cost > plan.budget.beta:
         raise InputError("plan", plan.method, f"its applied operators cost beta {cost!r}, above the budget {plan.budget.beta!r}")
     return cost
+
+
+def marginal_release_tables(plan, records, noise):
+    """The release of a ``qsplus`` plan: measure ``records`` (the privacy cost re-checked first),
+    reconstruct by GLS, and return (tables, view_answers, total) as
+    :func:`querysmasher.tables.write_table_files` takes them: each workload view's table with its
+    exact cell variances where it is an unbiased estimate of the marginal, every answer with its
+    variance, and the estimated total."""
+    from ..data import marginal
+    from .gls import table_estimable
+
+    check_marginal_plan(plan)  # before any record is read
+    sizes = plan.schema.sizes
+    ys = measure_marginals(plan, lambda attrs: marginal(records, tuple(attrs), sizes), as_noise(noise), budget_check=False)
+    ans = reconstruct(plan, ys, cell_variances=True, max_cells=MAX_TABLE_CELLS)
+    tables, seen = [], set()
+    for k, v in enumerate(plan.workload.views):
+        if v.attrs in seen:
+            continue
+        seen.add(v.attrs)
+        var = ans.cell_variances[k]
+        ok, why = table_estimable(plan, v.attrs)
+        if ok and var is None:
+            why = f"more than {MAX_TABLE_CELLS} cells: cell variances not computed"
+        tables.append((v.attrs, ans.tables[k] if var is not None else None, var, why))
+    # every table's constant coordinate is the one shared total
+    total = float(np.sum(ans.tables[0])) if () in plan.problem.lower else None
+    view_answers = [(v, lambda k=k: (ans.answers[k], ans.variances[k])) for k, v in enumerate(plan.workload.views)]
+    return tables, view_answers, total
 
 
 def measure_marginal_to_file(plan, records, noise, path: str | Path, *, plan_sha256: str) -> None:
