@@ -172,10 +172,23 @@ def test_restricted_reduction_reaches_the_same_optimum_with_a_valid_bound(schema
 
 def test_planner_uses_the_restricted_reduction_on_large_pairs_and_says_so(monkeypatch):
     exact = plan("synthetic:n=5,d=4", "affine:2")
-    monkeypatch.setattr("querysmasher.marginal_family.symmetric.EXACT_MAX_CELLS", 16)
+    monkeypatch.setattr("querysmasher.marginal_family.symmetric.EXACT_MAX_CELLS", 16)  # n = 5: restricted
     p = plan("synthetic:n=5,d=4", "affine:2")
     assert exact.notes == [] and exact.gap <= 1e-4
     assert any("kept each pair's top" in note for note in p.notes)
     assert p.total_variance == pytest.approx(exact.total_variance, rel=1e-6)
     assert p.lower_bound <= exact.total_variance and p.total_variance < p.qs_total_variance
     assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9)
+
+
+def test_first_order_solver_certifies_the_same_optimum(monkeypatch):
+    """Larger pairs go to SCS; its point and recomputed certificate agree with Clarabel's."""
+    problem = _problem("synthetic:n=4,d=4", "abs:2")
+    exact = solve_symmetric(problem, solver="CLARABEL")
+    monkeypatch.setattr("querysmasher.marginal_family.symmetric.INTERIOR_MAX_CELLS", 9)
+    first = solve_symmetric(problem)
+    assert first.status == "optimal"
+    assert first.lower_bound <= exact.sdp_value * (1 + 1e-7)
+    assert first.lower_bound >= exact.sdp_value * (1 - 1e-4)
+    p = plan("synthetic:n=4,d=4", "abs:2")
+    assert p.gap <= 1e-4 and p.total_variance == pytest.approx(exact.sdp_value, rel=1e-4)

@@ -212,6 +212,9 @@ def plan(
                 notes.append(f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
                              f"workload's span; certified gap {reduced.gap:.2e} only")
                 sol = reduced
+            elif problem.views[0].cells > symmetric.INTERIOR_MAX_CELLS:  # the descent is far slower here
+                notes.append(f"the symmetric reduction (first-order solver) stopped at certified gap {reduced.gap:.2e}")
+                sol = reduced
             else:
                 notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
                 start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
@@ -254,11 +257,25 @@ def _symmetric_solution(problem: MarginalProblem) -> tuple[Solution, bool]:
     whether the reduction was restricted."""
     red = symmetric.solve_symmetric(problem)
     m = len(problem.views)
-    c = red.gram + np.diag(1.0 - np.diag(red.gram))
-    c = (1 - JITTER) * c + JITTER * np.eye(len(c))
+    filled = red.gram + np.diag(1.0 - np.diag(red.gram))
+    # a first-order solver's optimum is singular to rounding: mixed with the identity (unit diagonal
+    # kept, so the cost too) until the objective is finite, the least objective kept
+    best = (math.inf, None)
+    for mix in (JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3):
+        c = (1 - mix) * filled + mix * np.eye(len(filled))
+        try:
+            f = problem.evaluate([problem.residual_gram(0, c / m)], 0.0, want_grad=False).f
+        except np.linalg.LinAlgError:
+            continue
+        if f < best[0]:
+            best = (f, c)
+        elif math.isfinite(best[0]):
+            break  # the objective grows with the mix once it is finite
+    f, c = best
+    if c is None:
+        c = (1 - 1e-3) * filled + 1e-3 * np.eye(len(filled))
     factor = np.linalg.cholesky(c)
     shares = np.array([1.0 / m])
-    f = problem.evaluate([problem.residual_gram(0, c / m)], 0.0, want_grad=False).f
     low = min(red.lower_bound, f)
     return Solution([factor], shares, 0.0, f, low, 0, red.seconds, [(0, f, low)]), red.restricted
 

@@ -17,7 +17,8 @@ occur in the residual spaces of at most two attributes), each with a small multi
 So tr(G X^+) = sum_lambda mult_lambda tr(G_lambda X_lambda^-1), X_lambda linear in Y: a semidefinite
 program whose size does not depend on d (blocks of at most (n-1) n coordinates), with the cost
 constraints diag(U Y U^T) <= 1 on the n(n+1)/2 swap-orbits of cells. It is solved by an interior
-point method (Clarabel through cvxpy), and the bound is recomputed here from the solver's dual blocks
+point method (Clarabel through cvxpy) on small pairs and by SCS (a first-order conic solver) on larger ones, and
+the bound is recomputed here from the solver's dual blocks
 Phi_lambda (weak duality, as :mod:`.optimize` states it): any PSD Phi gives
 f* >= T(Phi)^2 / s(D(Phi)) with T = sum mult tr((G^1/2 Phi G^1/2)^1/2) and s(D) bounded through a
 diagonal L with D <= lambda_max(L^-1/2 D L^-1/2) L. The primal point handed back is the solver's Y
@@ -44,10 +45,14 @@ log = logging.getLogger(__name__)
 __all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
-EXACT_MAX_CELLS = 100  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2: 1.9 GB, 80 s at n = 10)
-INTERIOR_MAX_CELLS = 100  # restricted problems up to this many cells go to Clarabel (interior point), larger ones to SCS (at [20]^40 affine: Clarabel 4.7 GB, 348 s; SCS 1.7 GB, 65 s, 6e-5 higher RMSE)
-SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells ([20]^40 affine: 65 s)
-SCS_LARGE_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # beyond ([30]^40 affine: 259 s, 0.9 GB; 1e-8 ran > 8 min)
+EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
+INTERIOR_MAX_CELLS = 49  # whole-space problems up to this many cells go to Clarabel (interior point), larger ones to SCS
+# SCS tolerances (measured on [n]^40 affine:2, 2 cores): whole space n = 10 38.6 s, 175 MB, gap 1.7e-6 (Clarabel:
+# 118 s, 1.8 GB); n = 20 854 s, 0.9 GB, gap 7.7e-5 (Clarabel's dense cone scalings: > 8 min and 7.3 GB at n = 12).
+# Restricted: n = 20 65 s; n = 30 at 1e-8 ran > 8 min, at 1e-6 259 s.
+SCS_OPTIONS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200000}  # whole space up to 100 cells
+SCS_WHOLE_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # whole space beyond, restricted up to 400 cells
+SCS_LARGE_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # restricted beyond 400 cells
 
 
 def applies(problem: MarginalProblem) -> str:
@@ -221,9 +226,9 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
     family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
     then lives on the restricted space and its bound over the whole family is loose. ``solver``:
-    a cvxpy solver (None: Clarabel, or SCS with :data:`SCS_OPTIONS` for restricted pairs of more
-    than :data:`INTERIOR_MAX_CELLS` cells, where the interior point method's dense cone scalings
-    outgrow memory)."""
+    a cvxpy solver (None: Clarabel up to :data:`INTERIOR_MAX_CELLS` cells, SCS beyond, where the
+    interior point method's dense cone scalings outgrow memory; its tolerances by size as measured
+    above :data:`SCS_OPTIONS`)."""
     import cvxpy as cp  # heavy: imported only when the reduction runs
 
     why = applies(problem)
@@ -242,9 +247,9 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
     red = _Reduction(n, d, top)
     if solver is None:
-        solver = "SCS" if restrict and n * n > INTERIOR_MAX_CELLS else "CLARABEL"
+        solver = "SCS" if restrict or n * n > INTERIOR_MAX_CELLS else "CLARABEL"
         if solver == "SCS" and solver_options is None:
-            solver_options = dict(SCS_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
+            solver_options = dict(SCS_OPTIONS if n * n <= 100 and not restrict else SCS_WHOLE_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
     u = view_basis((n, n))
