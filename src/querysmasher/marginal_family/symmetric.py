@@ -46,12 +46,12 @@ __all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
-INTERIOR_MAX_CELLS = 49  # whole-space problems up to this many cells go to Clarabel (interior point), larger ones to SCS
-# SCS tolerances (measured on [n]^40 affine:2, 2 cores): whole space n = 10 38.6 s, 175 MB, gap 1.7e-6 (Clarabel:
-# 118 s, 1.8 GB); n = 20 854 s, 0.9 GB, gap 7.7e-5 (Clarabel's dense cone scalings: > 8 min and 7.3 GB at n = 12).
-# Restricted: n = 20 65 s; n = 30 at 1e-8 ran > 8 min, at 1e-6 259 s.
-SCS_OPTIONS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200000}  # whole space up to 100 cells
-SCS_WHOLE_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # whole space beyond, restricted up to 400 cells
+INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells go to Clarabel (interior point), larger ones to SCS
+# Measured on [n]^40 (2 cores): whole space n = 10 by Clarabel certifies affine:2 / abs:2 to 4e-7 / 3e-6 in 118 / 80 s
+# (1.8 / 1.3 GB); by SCS affine:2 to 7e-7 in 32 s but abs:2 only to 0.72 in 285 s, so Clarabel keeps n = 10. Clarabel's
+# dense cone scalings outgrow memory beyond (n = 12: > 8 min, 7.3 GB); SCS certifies [20]^40 affine:2 to 7.7e-5 in
+# 854 s (0.9 GB). Restricted: n = 20 65 s; n = 30 at 1e-8 ran > 8 min, at 1e-6 259 s.
+SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells
 SCS_LARGE_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # restricted beyond 400 cells
 
 
@@ -249,7 +249,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     if solver is None:
         solver = "SCS" if restrict or n * n > INTERIOR_MAX_CELLS else "CLARABEL"
         if solver == "SCS" and solver_options is None:
-            solver_options = dict(SCS_OPTIONS if n * n <= 100 and not restrict else SCS_WHOLE_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
+            solver_options = dict(SCS_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
     u = view_basis((n, n))
