@@ -88,7 +88,6 @@ class SymmetricSolution:
     seconds: float
     status: str
     restricted: bool = False
-    lam: np.ndarray | None = None  # the cost constraints' multipliers (cells)
 
 
 class _Reduction:
@@ -145,26 +144,24 @@ class _Reduction:
         self.o_a, self.o_top = slice(0, nv), slice(nv, self.no)
         self.mults = (1.0, d - 1.0, d * (d - 3) / 2, (d - 1) * (d - 2) / 2)
 
+    @property
+    def trivial_scale(self) -> np.ndarray:
+        """The trivial block's coordinates in the even ones: total, alpha / sqrt(d/2), beta / sqrt(m)."""
+        return np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / self.d)), np.full(self.re, 1 / math.sqrt(self.m))])
+
     def blocks(self, ke, ko, xp=np):
         """The four isotypic blocks (isometric multiplicity coordinates) of sum_g embed(Y) for the pair
         Gram Y = je ke je^T + jo ko jo^T; ``xp``: numpy, or cvxpy for expressions."""
         d, m = self.d, self.m
         a, t = self.e_a, self.e_top
         oa, ot = self.o_a, self.o_top
-        scale = np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / d)), np.full(self.re, 1 / math.sqrt(m))])
-        triv = m * _scaled(ke, scale, xp)
-        if xp is np:
-            std = np.block([
-                [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
-                [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
-                [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
-            ])
-        else:
-            std = xp.bmat([
-                [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
-                [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
-                [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
-            ])
+        triv = m * _scaled(ke, self.trivial_scale, xp)
+        bmat = np.block if xp is np else xp.bmat
+        std = bmat([
+            [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
+            [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
+            [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
+        ])
         return [triv, std, ke[t, t], ko[ot, ot]]
 
     def adjoint(self, phis) -> tuple[np.ndarray, np.ndarray]:
@@ -173,9 +170,8 @@ class _Reduction:
         a, t = self.e_a, self.e_top
         oa, ot = self.o_a, self.o_top
         de, do = np.zeros((self.ne, self.ne)), np.zeros((self.no, self.no))
-        scale = np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / d)), np.full(self.re, 1 / math.sqrt(m))])
         mt, ms, m22, m211 = self.mults
-        de += mt * m * phis[0] * np.outer(scale, scale)
+        de += mt * m * phis[0] * np.outer(self.trivial_scale, self.trivial_scale)
         p = phis[1]
         nv = self.n - 1
         ia, ie, io = slice(0, nv), slice(nv, nv + self.re), slice(nv + self.re, nv + self.re + self.ro)
@@ -209,12 +205,12 @@ def _scaled(k, s, xp):
 
 
 def _psd_part(a: np.ndarray) -> np.ndarray:
-    w, v = np.linalg.eigh((a + a.T) / 2)
-    return (v * np.maximum(w, 0.0)) @ v.T
+    """The PSD part of a symmetric matrix (negative eigenvalues dropped)."""
+    return psd_power(a, 1.0)
 
 
 def _psd_sqrt(a: np.ndarray) -> np.ndarray:
-    return psd_power((a + a.T) / 2, 0.5)
+    return psd_power(a, 0.5)
 
 
 def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str | None = None, verbose: bool = False,
@@ -321,7 +317,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         top = float(np.linalg.eigvalsh(dcell * s[:, None] * s[None, :])[-1])
         s_upper = min(s_upper, max(top, 0.0) * float(lam.sum()))
     bound = tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
-    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict, lam_dual)
+    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
     log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
              "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
     return out
