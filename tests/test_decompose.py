@@ -113,3 +113,46 @@ def test_wide_dense_terms_are_stored_as_subquery_factors():
     assert not is_factor(small)
     f = term_factor(small)
     assert np.allclose(f.T @ f, small, atol=1e-12)
+
+
+def test_lazy_decomposition_keeps_random_grams_as_recipes_with_the_same_keys_and_matrices():
+    # [20]^2 pair views: 400-cell tops (1.28 MB) are kept as recipes, their 20 x 20 parts in memory
+    w = parse_workload("random:1,2", parse_schema("synthetic:n=20,d=4"))
+    eager, lazy = decompose(w, lazy=False), decompose(w, lazy=True)
+    assert eager.keys == lazy.keys
+    recipes = 0
+    for g in lazy.distinct().values():
+        for t in g.terms:
+            for k in t.factors:
+                assert lazy.store.shape(k) == eager.store[k].shape
+                assert np.array_equal(lazy.store[k], eager.store[k])
+                recipes += lazy.store.recipe(k) is not None
+    assert recipes == 6  # one per pair top
+    assert all(eager.store.recipe(k) is None for g in eager.distinct().values() for t in g.terms for k in t.factors)
+
+
+def test_subproblem_file_of_a_recipe_holds_no_matrix_and_rebuilds_it_checked(tmp_path):
+    import h5py
+
+    from querysmasher.pipeline.cache import read_subproblem, write_subproblem
+
+    d = decompose(parse_workload("random:2", parse_schema("synthetic:n=20,d=2")), lazy=True)
+    (key, gram), = ((k, g) for k, g in d.distinct().items() if g.cells == 400)
+    path = tmp_path / "sub.h5"
+    assert write_subproblem(key, gram, d.store, path)
+    assert path.stat().st_size < 50_000  # the 400 x 400 Gram (1.28 MB) is not in the file
+    key2, gram2, store2 = read_subproblem(path)
+    assert key2 == key and gram2.terms == gram.terms
+    assert np.array_equal(gram2.dense(store2), gram.dense(d.store))
+
+    # a recipe that builds another matrix than the one its key names is refused when read
+    with h5py.File(path, "r+") as f:
+        f.attrs["recipes"] = f.attrs["recipes"].replace('"seed": 0', '"seed": 1')
+    _, gram3, store3 = read_subproblem(path)
+    with pytest.raises(ValueError, match="its generator changed"):
+        gram3.dense(store3)
+    # and one that does not describe a dense term of the Gram is a damaged file
+    with h5py.File(path, "r+") as f:
+        f.attrs["recipes"] = f.attrs["recipes"].replace("[400, 400]", "[401, 401]")
+    with pytest.raises(ValueError, match="does not describe a dense term"):
+        read_subproblem(path)

@@ -35,10 +35,16 @@ from .workload import Workload, WorkloadView
 
 __all__ = [
     "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix",
-    "term_gram", "term_factor", "is_factor",
+    "term_gram", "term_factor", "is_factor", "rebuild_matrix", "random_gram_bytes",
 ]
 
 COEF_DIGITS = 12  # significant digits of normalised coefficients in canonical keys
+# A lazy decomposition keeps a random view's projected Gram of at least this size as its recipe
+# (family, sizes, seed, attributes, residual): rebuilt in about a second at 2,500 cells, where the
+# solve of that Gram takes tens of seconds. Smaller parts (a pair's 1-way residuals) stay in memory.
+LAZY_MIN_BYTES = 1 << 20
+# decompose(lazy=None) keeps recipes when the random views' Grams would hold more than this
+LAZY_AUTO_BYTES = 1 << 30
 
 
 def is_factor(m: np.ndarray) -> bool:
@@ -188,6 +194,28 @@ def subquery_matrix(q: np.ndarray, sizes: tuple[int, ...], keep: tuple[bool, ...
     return t.reshape(q.shape[0], -1)
 
 
+def rebuild_matrix(recipe: dict) -> np.ndarray:
+    """The matrix a lazy :func:`decompose` kept as ``recipe``: a random view's Gram projected on one
+    residual view, built exactly as the decomposition built it (0/1 queries, an exact integer Gram).
+
+    >>> r = {"family": "random", "sizes": [3, 2], "seed": 0, "attrs": [0, 1], "keep": [True, True]}
+    >>> rebuild_matrix(r).shape
+    (6, 6)
+    """
+    if not isinstance(recipe, dict) or recipe.get("family") != "random":
+        raise ValueError(f"not a recipe this version can rebuild: {recipe!r}")
+    sizes = tuple(int(n) for n in recipe["sizes"])
+    q = random_query_matrix(sizes, int(recipe["seed"]), tuple(int(a) for a in recipe["attrs"]))
+    return project_gram(query_gram(q), sizes, tuple(bool(k) for k in recipe["keep"]))
+
+
+def random_gram_bytes(workload: Workload) -> int:
+    """Bytes the dense Grams of ``workload``'s random views take when held (about c^2 per view):
+    what a lazy decomposition leaves on disk instead."""
+    sizes_all = workload.schema.sizes
+    return sum(8 * math.prod(sizes_all[i] for i in v.attrs) ** 2 for v in workload.views if v.family == "random")
+
+
 class _FactorCache:
     """Per (1-D family, size): the stored centred Gram and the collapse scalar 1^T G 1 / n^2."""
 
@@ -204,13 +232,20 @@ class _FactorCache:
         return self._cache[(family, n)]
 
 
-def decompose(workload: Workload) -> Decomposition:
-    """Split every workload view into its residual views and accumulate their Grams."""
+def decompose(workload: Workload, *, lazy: bool | None = None) -> Decomposition:
+    """Split every workload view into its residual views and accumulate their Grams.
+
+    ``lazy``: keep each random view's large projected Grams as recipes (:func:`rebuild_matrix`),
+    rebuilt when read, so that the decomposition holds one such Gram at a time whatever the number
+    of views; ``None`` does so when they would hold more than ``LAZY_AUTO_BYTES``. The keys and the
+    matrices read back are the same either way."""
     import time
 
     t0 = time.perf_counter()
     sizes_all = workload.schema.sizes
-    store = MatrixStore()
+    if lazy is None:
+        lazy = random_gram_bytes(workload) > LAZY_AUTO_BYTES
+    store = MatrixStore(loader=rebuild_matrix if lazy else None)
     factors = _FactorCache(store)
     acc: dict[tuple[int, ...], _Accumulator] = {}
     dense_cache: dict[tuple, list[tuple[tuple[bool, ...], str | None, float]]] = {}
@@ -248,7 +283,10 @@ def decompose(workload: Workload) -> Decomposition:
             for keep in itertools.product((False, True), repeat=k):
                 if g is not None:
                     p = project_gram(g, sizes, keep)
-                    key, scale = store.intern(p, zero_tol=tol) if any(keep) else (None, float(p[0, 0]))
+                    recipe = None
+                    if lazy and v.family == "random" and p.nbytes >= LAZY_MIN_BYTES:
+                        recipe = {"family": "random", "sizes": list(sizes), "seed": int(v.seed), "attrs": list(v.attrs), "keep": list(keep)}
+                    key, scale = store.intern(p, zero_tol=tol, recipe=recipe) if any(keep) else (None, float(p[0, 0]))
                     parts.append((keep, key, scale))
                     continue
                 f = subquery_matrix(q, sizes, keep)  # the projected Gram is f^T f (project_gram of q^T q)

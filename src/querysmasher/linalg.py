@@ -23,7 +23,7 @@ __all__ = [
     "project_gram",
     "kron_apply",
     "kron_dense",
-    "MatrixStore",
+    "MatrixStore", "stored_shape",
     "content_hash",
     "PSD_RTOL",
     "eigh_sym", "psd_eigh", "psd_truncate",
@@ -161,27 +161,50 @@ class MatrixStore:
     ``intern`` returns (key, scale) with M = scale * store[key], so Grams equal up to a positive
     scale share a key; a zero matrix gives (None, 0.0).
 
+    A store built with a ``loader`` may keep a matrix as its *recipe* instead (``intern(m,
+    recipe=...)``): a small JSON-able description from which ``loader(recipe)`` rebuilds M
+    exactly. Such an entry costs no memory; ``store[key]`` rebuilds and normalises it on each access
+    (the last one is kept), and :meth:`shape` answers without rebuilding. This is how a workload
+    of hundreds of large random views is decomposed one view at a time.
+
     >>> s = MatrixStore()
     >>> k1, c1 = s.intern(2 * np.eye(3)); k2, c2 = s.intern(np.eye(3))
     >>> k1 == k2, c1, c2
     (True, 6.0, 3.0)
+    >>> lazy = MatrixStore(loader=lambda r: r["d"] * np.eye(r["n"]))
+    >>> k3, c3 = lazy.intern(2 * np.eye(3), recipe={"d": 2.0, "n": 3})
+    >>> k3 == k1, lazy.recipe(k3), lazy.shape(k3), bool(np.allclose(lazy[k3], np.eye(3) / 3))
+    (True, {'d': 2.0, 'n': 3}, (3, 3), True)
     """
 
     DECIMALS = 12  # rounding before hashing, so float noise does not split equal matrices
 
-    def __init__(self) -> None:
+    def __init__(self, loader=None) -> None:
         self._mats: dict[str, np.ndarray] = {}
+        self._recipes: dict[str, tuple[tuple[int, int], dict]] = {}
+        self._loader = loader
+        self._last: tuple[str, np.ndarray] | None = None
 
-    def intern(self, m: np.ndarray, *, zero_tol: float = 1e-12) -> tuple[str | None, float]:
+    @classmethod
+    def normalised(cls, m: np.ndarray, *, zero_tol: float = 1e-12) -> tuple[str | None, float, np.ndarray | None]:
+        """(key, scale, m / scale) of a symmetric matrix, as :meth:`intern` stores it; (None, 0.0,
+        None) for a zero matrix."""
         m = np.asarray(m, dtype=float)
         m = (m + m.T) / 2
         scale = float(np.trace(m))
         if scale <= zero_tol * max(1.0, float(np.abs(m).max(initial=0.0))) * m.shape[0]:
-            return None, 0.0
+            return None, 0.0, None
         normed = m / scale
-        rounded = np.round(normed, self.DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
-        key = content_hash(str(m.shape), rounded.tobytes())
-        if key not in self._mats:
+        rounded = np.round(normed, cls.DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
+        return content_hash(str(m.shape), rounded.tobytes()), scale, normed
+
+    def intern(self, m: np.ndarray, *, zero_tol: float = 1e-12, recipe: dict | None = None) -> tuple[str | None, float]:
+        key, scale, normed = self.normalised(m, zero_tol=zero_tol)
+        if key is None or key in self:
+            return key, scale
+        if recipe is not None and self._loader is not None:
+            self._recipes[key] = (normed.shape, dict(recipe))
+        else:
             normed.setflags(write=False)
             self._mats[key] = normed
         return key, scale
@@ -200,25 +223,54 @@ class MatrixStore:
         normed = f / np.sqrt(scale)
         rounded = np.round(normed, self.DECIMALS) + 0.0
         key = content_hash("factor", str(f.shape), rounded.tobytes())
-        if key not in self._mats:
+        if key not in self:
             normed.setflags(write=False)
             self._mats[key] = normed
         return key, scale
 
     def __getitem__(self, key: str) -> np.ndarray:
-        return self._mats[key]
+        if key in self._mats:
+            return self._mats[key]
+        if key not in self._recipes:
+            raise KeyError(key)
+        if self._last is None or self._last[0] != key:
+            self._last = None  # drop the previous one before building the next
+            key_built, _, normed = self.normalised(self._loader(self._recipes[key][1]))
+            if key_built != key:  # the recipe no longer builds the matrix it was recorded for
+                raise ValueError(f"the recipe of stored matrix {key} builds {key_built}: its generator changed")
+            normed.setflags(write=False)
+            self._last = (key, normed)
+        return self._last[1]
 
     def __contains__(self, key: str) -> bool:
-        return key in self._mats
+        return key in self._mats or key in self._recipes
 
     def __len__(self) -> int:
-        return len(self._mats)
+        return len(self._mats) + len(self._recipes)
 
-    def items(self):
-        return self._mats.items()
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The shape of a stored matrix, without rebuilding one kept as a recipe."""
+        return self._recipes[key][0] if key in self._recipes else self._mats[key].shape
+
+    def recipe(self, key: str) -> dict | None:
+        """The recipe a matrix is kept as, or None when the matrix itself is held."""
+        return dict(self._recipes[key][1]) if key in self._recipes else None
+
+    def add_recipe(self, key: str, shape, recipe: dict) -> None:
+        """Insert a matrix kept as its recipe, read back from a file under its recorded key (the
+        first access rebuilds it and checks that it hashes to ``key``)."""
+        if self._loader is None:
+            raise ValueError("this store has no loader: it cannot keep recipes")
+        self._recipes[key] = (tuple(int(n) for n in shape), dict(recipe))
 
     def add_normalised(self, key: str, m: np.ndarray) -> None:
         """Insert a matrix read back from a file under its recorded key."""
         m = np.array(m, dtype=float)
         m.setflags(write=False)
         self._mats[key] = m
+
+
+def stored_shape(store, key: str) -> tuple[int, ...]:
+    """The shape of ``store[key]`` without rebuilding a matrix kept as a recipe (``store`` may also be
+    a plain mapping of arrays)."""
+    return tuple(store.shape(key)) if isinstance(store, MatrixStore) else store[key].shape

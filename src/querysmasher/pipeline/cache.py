@@ -38,7 +38,7 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
     so an existing file is left untouched (its mtime too), even when two jobs race."""
     import numpy as np
 
-    from ..io import atomic_h5, new_group, put
+    from ..io import atomic_h5, new_group, put, put_json
 
     path = Path(path)
     if path.exists():
@@ -52,16 +52,22 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
         put(f, "factor_offsets", np.concatenate([[0], np.cumsum([len(t.factors) for t in gram.terms])]).astype(np.int64))
         put(f, "factors", np.array([k for t in gram.terms for k in t.factors], dtype=object))
         mats = new_group(f, "matrices")
+        recipes = {}
         for k in sorted({k for t in gram.terms for k in t.factors}):
-            put(mats, k, store[k])
+            recipe = store.recipe(k) if hasattr(store, "recipe") else None
+            if recipe is None:
+                put(mats, k, store[k])
+            else:  # rebuilt by the solve job (decompose.rebuild_matrix): a random view's Gram is not written out
+                recipes[k] = {"shape": list(store.shape(k)), "recipe": recipe}
+        put_json(f, "recipes", recipes)
     return True
 
 
 def read_subproblem(path: str | Path):
     """(key, SubworkloadGram, MatrixStore) from a subproblem file. The Gram's ``attrs`` are
     positions 0..k-1 (a subproblem is shared by views on different attributes)."""
-    from ..decompose import GramTerm, SubworkloadGram
-    from ..io import open_h5
+    from ..decompose import GramTerm, SubworkloadGram, rebuild_matrix
+    from ..io import get_json, open_h5
     from ..linalg import MatrixStore
 
     with open_h5(path, "subproblem") as f:
@@ -69,11 +75,21 @@ def read_subproblem(path: str | Path):
         sizes = tuple(int(x) for x in f["sizes"][()])
         coef, dense, offs = f["coef"][()], f["dense"][()], f["factor_offsets"][()]
         names = [x.decode() if isinstance(x, bytes) else str(x) for x in f["factors"][()]]
-        store = MatrixStore()
+        store = MatrixStore(loader=rebuild_matrix)
         for k, ds in f["matrices"].items():
             store.add_normalised(k, ds[()])
+        recipes = get_json(f, "recipes") if "recipes" in f.attrs else {}
     terms = tuple(GramTerm(float(c), tuple(names[offs[i]:offs[i + 1]]), bool(d)) for i, (c, d) in enumerate(zip(coef, dense)))
-    return key, SubworkloadGram(tuple(range(len(sizes))), sizes, terms), store
+    gram = SubworkloadGram(tuple(range(len(sizes))), sizes, terms)
+    dense_keys = {t.factors[0] for t in terms if t.dense}
+    for k, entry in recipes.items():
+        # a recipe stands for one dense c x c term of this Gram: anything else is a damaged file
+        # (the first access also checks that it rebuilds the matrix of key k)
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if k not in dense_keys or shape != [gram.cells, gram.cells] or not isinstance(entry.get("recipe"), dict):
+            raise ValueError(f"subproblem file {path}: recipe {k!r} does not describe a dense term of its {gram.cells}-cell Gram")
+        store.add_recipe(k, shape, entry["recipe"])
+    return key, gram, store
 
 
 def write_batch(bid: str, members: list[str], path: str | Path) -> None:
@@ -118,7 +134,9 @@ def read_solutions(paths) -> tuple[dict, dict[str, float]]:
 
 def subproblem_bytes(gram, store) -> float:
     """Bytes of the matrices a subproblem file holds (what a solve job reads before solving)."""
-    return float(sum(store[k].nbytes for k in {k for t in gram.terms for k in t.factors}))
+    from ..linalg import stored_shape
+
+    return float(sum(8 * math.prod(stored_shape(store, k)) for k in {k for t in gram.terms for k in t.factors}))
 
 
 def estimate_cost(gram, store, method: str, options: dict | None = None, *, solver=None, context_mb: float = 0.0) -> dict:
@@ -165,8 +183,8 @@ def batch_cost(costs: list[dict], context_mb: float = 0.0, context_seconds: floa
 
 
 def distinct_nonproduct_views(workload):
-    """(cells, queries) of each distinct non-product view of ``workload``, with the sharing of
-    decompose: one subquery matrix per family, sizes and term (affine, abs, custom), random views
+    """(cells, queries, family) of each distinct non-product view of ``workload``, with the sharing
+    of decompose: one subquery matrix per family, sizes and term (affine, abs, custom), random views
     one per view. Product views cost only 1-D factors and are left out."""
     sizes_all = workload.schema.sizes
     seen: set = set()
@@ -177,27 +195,39 @@ def distinct_nonproduct_views(workload):
         key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
         if key not in seen:
             seen.add(key)
-            yield math.prod(sizes), workload.view_count(v)
+            yield math.prod(sizes), workload.view_count(v), v.family
 
 
-def estimate_decompose_mem_mb(workload) -> int:
-    """Peak memory (MB) of decomposing ``workload``: every distinct non-product view keeps its
-    subquery factor or, when it has at least as many queries as cells (random, wide custom), its
-    c x c Gram until the subproblem files are written, and builds one query matrix at a time.
-    Product views cost only 1-D factors. Random views are distinct per attribute set, so
-    ``random:1,2`` at n = 50 over 40 attributes holds 780 Grams of 2,500^2 (about 39 GB).
+def estimate_decompose_mem_mb(workload, *, lazy: bool | None = None) -> int:
+    """Peak memory (MB) of decomposing ``workload`` (:func:`querysmasher.decompose.decompose` with
+    the same ``lazy``): every distinct non-product view keeps its subquery factor or, when it has at
+    least as many queries as cells (random, wide custom), its c x c Gram until the subproblem files
+    are written, and builds one query matrix at a time. Product views cost only 1-D factors. A lazy
+    decomposition keeps a random view's large Grams as recipes (its small lower residuals stay): ``random:1,2`` at n = 50 over 40 attributes holds 780 Grams of
+    2,500^2 (about 39 GB) eagerly, one at a time lazily.
 
     >>> from querysmasher.workload import parse_workload
     >>> from querysmasher.schema import parse_schema
     >>> s = parse_schema("synthetic:n=50,d=3")
     >>> estimate_decompose_mem_mb(parse_workload("prefix:1,2", s)) == BASE_MEM_MB
     True
-    >>> estimate_decompose_mem_mb(parse_workload("random:2", s)) > 3 * 2500 ** 2 * 8 / 2**20
+    >>> w = parse_workload("random:2", parse_schema("synthetic:n=50,d=6"))  # 15 pairs of 2,500 cells
+    >>> estimate_decompose_mem_mb(w, lazy=False) > 15 * 2500 ** 2 * 8 / 2**20
+    True
+    >>> estimate_decompose_mem_mb(w, lazy=True) < 2 * 3 * 7500 * 2500 * 8 / 2**20  # about one view's query matrices
     True
     """
+    from ..decompose import LAZY_AUTO_BYTES, LAZY_MIN_BYTES
+
+    views = list(distinct_nonproduct_views(workload))
+    if lazy is None:  # as decompose decides
+        lazy = sum(8 * c * c for c, _, family in views if family == "random") > LAZY_AUTO_BYTES
     held = largest = 0
-    for c, rows in distinct_nonproduct_views(workload):
-        held += min(rows, c) * c * 8
+    for c, rows, family in views:
+        gram = min(rows, c) * c * 8
+        if lazy and family == "random" and gram >= LAZY_MIN_BYTES:
+            gram = 4 * c * 8  # its lower residuals (a pair's two n x n parts: 2c entries), a recipe for the rest
+        held += gram
         largest = max(largest, 3 * rows * c * 8)  # the query matrix and its projected copies
     return int(BASE_MEM_MB + math.ceil((DECOMPOSE_HELD_FACTOR * held + largest) / 2**20))
 
@@ -213,7 +243,7 @@ def decompose_mem_mb(experiment) -> int:
     if get_method(experiment.method).whole_workload:
         return BASE_MEM_MB
     schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
-    return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema))
+    return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema), lazy=True)  # as steps.decompose_to_files
 
 
 RUNTIME_FACTOR = 8  # the paper grid's jobs ran up to 8x their estimate on 2 cores at a load of 8-9

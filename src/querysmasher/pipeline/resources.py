@@ -122,7 +122,7 @@ def _query_factor_mb(workload) -> float:
     from .cache import DECOMPOSE_HELD_FACTOR, distinct_nonproduct_views
 
     held = largest = 0.0
-    for c, rows in distinct_nonproduct_views(workload):
+    for c, rows, _ in distinct_nonproduct_views(workload):
         if rows < c:  # views with as many queries as cells (random) keep their Grams in the plan
             held += rows * c * 8.0
             largest = max(largest, 3.0 * rows * c * 8.0)

@@ -76,7 +76,7 @@ def decompose_to_files(
     w = read_workload_file(workload_path)
     if get_method(method).whole_workload:  # planned whole in the allocate job: no views, no subproblems
         return _empty_decomposition(w, decomposition_path, manifest_path, method=method, options=options, workload_path=workload_path, problem=problem)
-    d = decompose(w)
+    d = decompose(w, lazy=True)  # a random view's large Gram goes to its subproblem file as a recipe, not held
     names = w.schema.names
     solver = get_method(method).build(**(options or {}))
     context = ""
@@ -100,7 +100,7 @@ def decompose_to_files(
     # must not (a loaded run would batch a subproblem an idle one solves alone).
     overhead = d.seconds if context and d.seconds >= CONTEXT_OVERHEAD_MIN_SECONDS else 0.0
     # ... and holds that decomposition while it solves (its memory, as the decompose job's)
-    context_mb = float(estimate_decompose_mem_mb(w) - BASE_MEM_MB) if context else 0.0
+    context_mb = float(estimate_decompose_mem_mb(w, lazy=True) - BASE_MEM_MB) if context else 0.0
     if context:
         batch_size = max(batch_size, len(distinct))
     for key, g in sorted(distinct.items()):
@@ -172,7 +172,7 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
 
         if not workload_path:
             raise ValueError(f"method {method!r} reads workload context: give workload_path")
-        decomp = decompose(read_workload_file(workload_path))
+        decomp = decompose(read_workload_file(workload_path), lazy=True)  # as the decompose job: one large random Gram at a time
         solver.prepare(decomp)
         distinct = decomp.distinct()
     results = []

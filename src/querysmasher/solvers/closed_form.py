@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ..decompose import SubworkloadGram, is_factor
-from ..linalg import MatrixStore, centering
+from ..linalg import MatrixStore, centering, stored_shape
 from .base import SolveEstimate, ViewMechanism, ViewSolution
 
 __all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d", "circulant_from_weights", "wff_bytes"]
@@ -106,10 +106,10 @@ def wff_bytes(gram: SubworkloadGram, store: MatrixStore) -> tuple[float, float]:
     peak, entries = 8.0 * c, 0.0
     for t in gram.terms:
         if t.dense:
-            m = store[t.factors[0]]
-            if is_factor(m):
-                peak = max(peak, 8.0 * c + WFF_FACTOR_BYTES * m.shape[0] * c)
-                entries += m.shape[0] * c
+            rows, cols = stored_shape(store, t.factors[0])
+            if rows < cols:  # stored as a factor (decompose.is_factor)
+                peak = max(peak, 8.0 * c + WFF_FACTOR_BYTES * rows * c)
+                entries += rows * c
             else:
                 peak = max(peak, 8.0 * c + WFF_DENSE_BYTES * c * c)
                 entries += 2.0 * c * c

@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 
 from ..decompose import SubworkloadGram
-from ..linalg import MatrixStore, centering, psd_truncate
+from ..linalg import MatrixStore, centering, psd_truncate, stored_shape
 from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, prime_eigh
 from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_bytes, wff_weights_1d
 from .sdp import solve_dense, solve_factored
@@ -59,7 +59,9 @@ HESSIAN_CHUNK_BYTES = 64 << 20  # solvers.sdp.barrier: Phi is built in blocks of
 # Seconds on one core of the 2-core reference machine: per r^2 c of a factored solve, per c^3 of a
 # dense one, per n^3 of a 1-D factor (its dense solve, WFF and RP), plus a fixed start.
 FACTORED_SECONDS_PER_R2C = 1e-7
-DENSE_SECONDS_PER_C3 = 1.5e-8  # 400 cells: 0.7-1 s alone, 2.3-2.5 s on a loaded machine (Table 4's random views)
+# Dense: Table 4's random views alone (2026-12-03, `python bench/solve_subproblem.py --random-pair N`, one thread):
+# 400 cells 0.2 s, 900 1.6 s, 1,600 8.6 s, 2,500 39.0 s, i.e. 2.2-2.5e-9 c^3; kept ~1.6x above that
+DENSE_SECONDS_PER_C3 = 4e-9
 FACTOR_SECONDS_PER_N3 = 1.5e-7
 # dense mechanisms from this many cells keep the eigendecomposition the solver computed (a c x c
 # copy: worth it where an eigh costs more than a fraction of a second)
@@ -226,8 +228,7 @@ def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:
     total = 0
     for t in gram.terms:
         if t.dense:
-            m = store[t.factors[0]]
-            total += min(m.shape)
+            total += min(stored_shape(store, t.factors[0]))
         else:
             total += math.prod(int(np.linalg.matrix_rank(store[f], hermitian=True)) for f in t.factors)
     return total

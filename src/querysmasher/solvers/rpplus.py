@@ -52,7 +52,7 @@ import numpy as np
 from ..decompose import Decomposition, SubworkloadGram, is_factor
 from ..errors import InputError
 from ..families import gram_1d
-from ..linalg import MatrixStore, centering, kron_apply
+from ..linalg import MatrixStore, centering, kron_apply, stored_shape
 from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, pinv_psd
 from .sdp import solve_dense
 
@@ -173,8 +173,7 @@ class RPPlusSolver:
         peak, entries = sq, float(c)
         for t in gram.terms:
             if t.dense:
-                m = store[t.factors[0]]
-                size = min(m.shape) * c
+                size = min(stored_shape(store, t.factors[0])) * c
                 peak = max(peak, sq + DENSE_TERM_COPIES * 8.0 * size)
                 entries += size * sum(gram.sizes)
         return SolveEstimate(0.002 + 2e-9 * entries, peak, sq, "kron")
