@@ -493,3 +493,48 @@ def test_a_killed_run_resumes_without_redoing_finished_solves(tmp_path):
     unchanged = [p for p, t in done.items() if p.stat().st_mtime_ns == t]
     assert len(unchanged) >= len(done) - 1
     assert (tmp_path / "results" / "tables" / "rmse.csv").is_file()
+
+
+def test_random_views_stream_from_recipes_to_a_plan_file_equal_to_the_library_one(tmp_path, monkeypatch):
+    """[20]^4 random:1,2 (400-cell pair tops, kept as recipes): decompose writes no Gram of them,
+    the solve job rebuilds each, allocate reads the solutions one at a time (StoredSolutions, at
+    most ``keep`` held), and the plan file is the one make_plan + save_plan writes: the same
+    arrays, but for the noise scales, whose costs the allocate job computes from the eigenpairs
+    the solve file stores (the library's plan: from the dense X), equal to rounding, and the
+    plan's note that its dense X were stored as eigenpairs (its solutions were already)."""
+    import h5py
+
+    from querysmasher.planfile import save_plan
+
+    monkeypatch.chdir(tmp_path)
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=20,d=4", "random:1,2")
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
+    man = json.loads((tmp_path / "m.json").read_text())
+    tops = [s for s in man["subproblems"] if s["cells"] == 400]
+    assert len(tops) == 6
+    for s in tops:
+        with h5py.File(layout.subproblem_path(s["key"]), "r") as f:
+            assert len(f["matrices"]) == 0 and s["key"] not in f["matrices"]
+    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+
+    stored = cache.StoredSolutions([tmp_path / "s.h5"], keep=2)
+    assert set(stored) == {s["key"] for s in man["subproblems"]} and not stored._held
+    for key in stored:
+        assert stored[key].loss > 0
+        assert len(stored._held) <= 2
+    eager, _ = cache.read_solutions([tmp_path / "s.h5"])
+    assert {k: s.loss for k, s in eager.items()} == {k: stored[k].loss for k in stored}
+    one = sorted(stored)[0]
+    assert set(stored.restricted([one])) == {one}
+    with pytest.raises(KeyError):
+        stored.restricted(["0" * 20])
+
+    steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
+    save_plan(make_plan("synthetic:n=20,d=4", "random:1,2", "qs", Budget.from_beta(1.0)), tmp_path / "ref.h5")
+    ours, ref = plan_file_content(tmp_path / "plan.h5"), plan_file_content(tmp_path / "ref.h5")
+    differ = sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k))
+    assert [k for k in differ if not k.endswith("@storage")] in ([], ["views/sigma2"])
+    assert all(ref.get(k) == "'eigenpairs'" and k not in ours for k in differ if k.endswith("@storage"))
+    with h5py.File(tmp_path / "plan.h5") as a, h5py.File(tmp_path / "ref.h5") as b:
+        np.testing.assert_allclose(a["views/sigma2"][()], b["views/sigma2"][()], rtol=1e-12)

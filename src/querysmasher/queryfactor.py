@@ -97,7 +97,7 @@ def rederive_solutions(workload, solutions: dict[str, ViewSolution], views, keys
     first: dict[str, tuple] = {}
     for a, k in zip(views, keys):
         first.setdefault(k, a)
-    out = dict(solutions)
+    out = solutions.copy()  # a dict, or a mapping that reads its solutions when asked (pipeline.cache.StoredSolutions)
     for key in sorted(todo):
         sol = solutions[key]
         a = first.get(key)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
-    "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "estimate_cost", "batch_cost", "subproblem_bytes",
+    "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "StoredSolutions", "estimate_cost", "batch_cost", "subproblem_bytes",
     "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "distinct_nonproduct_views", "decompose_mem_mb",
 ]
 
@@ -119,17 +121,80 @@ def write_solutions(path: str | Path, method: str, options: dict | None, results
 
 
 def read_solutions(paths) -> tuple[dict, dict[str, float]]:
-    """({key: ViewSolution}, {key: solve seconds}) from solve files."""
-    from ..io import open_h5
-    from ..planfile import read_solution
+    """({key: ViewSolution}, {key: solve seconds}) from solve files, every solution in memory
+    (:class:`StoredSolutions` reads them one at a time)."""
+    stored = StoredSolutions(paths)
+    return dict(stored.items()), dict(stored.seconds)
 
-    sols, secs = {}, {}
-    for p in paths:
-        with open_h5(p, "solve") as f:
-            for key, g in f["solutions"].items():
-                sols[key] = read_solution(g)
-                secs[key] = float(g.attrs.get("seconds", 0.0))
-    return sols, secs
+
+class StoredSolutions(Mapping):
+    """{key: ViewSolution} over the groups of solve files, each read when it is asked for; only the
+    ``keep`` read last are held. Table 4's ``random:1,2`` at n = 50 has 780 dense mechanisms of
+    46 MB each: the allocate job plans over them one at a time (its losses, costs and variance
+    report, then the plan file) instead of holding 36 GB. Entries set with ``m[key] = solution``
+    are held (re-derived ones); :meth:`copy` and :meth:`restricted` share the index.
+
+    ``seconds``: each key's solve time, from the files."""
+
+    def __init__(self, paths=(), *, keep: int = 4):
+        from ..io import open_h5
+
+        self._where: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
+        for p in paths:
+            with open_h5(p, "solve") as f:
+                for key, g in f["solutions"].items():
+                    self._where[key] = str(p)
+                    self.seconds[key] = float(g.attrs.get("seconds", 0.0))
+        self._set: dict = {}
+        self._held: OrderedDict = OrderedDict()
+        self._keep = max(1, int(keep))
+
+    def __getitem__(self, key: str):
+        if key in self._set:
+            return self._set[key]
+        if key in self._held:
+            self._held.move_to_end(key)
+            return self._held[key]
+        from ..io import open_h5
+        from ..planfile import read_solution
+
+        with open_h5(self._where[key], "solve") as f:
+            sol = read_solution(f["solutions"][key])
+        self._held[key] = sol
+        while len(self._held) > self._keep:
+            self._held.popitem(last=False)
+        return sol
+
+    def __setitem__(self, key: str, sol) -> None:
+        if key not in self._where:
+            raise KeyError(key)
+        self._set[key] = sol
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key) -> bool:
+        return key in self._where
+
+    def restricted(self, keys) -> "StoredSolutions":
+        """The same files' solutions of ``keys`` only (a KeyError names one that is missing)."""
+        out = self.copy()
+        keys = set(keys)
+        missing = keys - set(self._where)
+        if missing:
+            raise KeyError(sorted(missing)[0])
+        out._where = {k: p for k, p in self._where.items() if k in keys}
+        out._set = {k: v for k, v in self._set.items() if k in keys}
+        return out
+
+    def copy(self) -> "StoredSolutions":
+        out = StoredSolutions(keep=self._keep)
+        out._where, out.seconds, out._set = dict(self._where), dict(self.seconds), dict(self._set)
+        return out
 
 
 def subproblem_bytes(gram, store) -> float:

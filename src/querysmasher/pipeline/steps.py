@@ -22,7 +22,7 @@ from ..atomic import write_json
 from ..methods import get_method
 from ..workloadfile import read_workload_file, write_workload_file
 from .cache import (
-    BASE_MEM_MB, batch_cost, batch_id, estimate_cost, estimate_decompose_mem_mb, plan_batches, read_solutions, read_subproblem, runtime_minutes, write_batch,
+    BASE_MEM_MB, batch_cost, batch_id, estimate_cost, estimate_decompose_mem_mb, plan_batches, StoredSolutions, read_subproblem, runtime_minutes, write_batch,
     write_solutions, write_subproblem,
 )
 from .datasets import load_dataset
@@ -207,14 +207,16 @@ def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget
         keys[a] = (v["key"], float(v["scale"]))
     d = Decomposition(w, MatrixStore(), grams, float(dj["seconds"]))
     d.__dict__["keys"] = keys  # the cached property, from the file
-    sols, secs = read_solutions(solve_paths)
-    missing = sorted({k for k, _ in keys.values()} - set(sols))
+    sols = StoredSolutions(solve_paths)  # read one at a time: the plan's mechanisms may not fit in memory together
+    secs = sols.seconds
+    used = {k for k, _ in keys.values()}
+    missing = sorted(used - set(sols))
     if missing:
         raise ValueError(f"no solution for {len(missing)} subproblem(s), e.g. {missing[0]}")
+    sols = sols.restricted(used)
     # views held over their query factor: the operator of this workload's own F (what measure
     # re-derives from the plan file), not of the F the solve job read (a shared subproblem file)
     sols = rederive_solutions(w, sols, list(grams), [keys[a][0] for a in grams])
-    used = {k for k, _ in keys.values()}
     return assemble_plan(d, sols, method, budget, {"decompose": d.seconds, "solve": sum(secs[k] for k in used)})
 
 

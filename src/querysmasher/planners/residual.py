@@ -63,6 +63,15 @@ def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, sol
     return {k: solved[k] for k in distinct}
 
 
+def _used(solutions, keys):
+    """The solutions of ``keys``: the mapping itself when it holds exactly those (it may read its
+    solutions when asked, as the workflow's allocate does: they are not all loaded here), else a dict."""
+    used = dict.fromkeys(keys)
+    if len(solutions) == len(used) and all(k in solutions for k in used):
+        return solutions
+    return {k: solutions[k] for k in used}
+
+
 def assemble_plan(
     decomp: Decomposition,
     solutions: dict[str, ViewSolution],
@@ -85,7 +94,7 @@ def assemble_plan(
     phases["allocate"] = time.perf_counter() - t0
     plan = Plan(
         decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
-        {k: solutions[k] for k in dict.fromkeys(keys)}, len({v.attrs for v in decomp.workload.views}), phases, notes,
+        _used(solutions, keys), len({v.attrs for v in decomp.workload.views}), phases, notes,
     )
     log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
     return plan
