@@ -5,7 +5,8 @@ JSON line to bench/out/qsplus.jsonl (git-ignored) and stdout: RMSE at beta = 1 (
 add-remove), qs RMSE, the ratio, the certified gap, seconds and peak memory (ru_maxrss of the run
 so far; run one case per process for a per-case figure). Usage:
 
-    python bench/qsplus.py --case table4-affine-10        # one named case
+    python bench/qsplus.py --case table4-affine-10        # one named case (affine:2 alone)
+    python bench/qsplus.py --case table4-paper-affine-10  # the paper's Table 4 cell (prefix:1+affine:2)
     python bench/qsplus.py --list                         # the named cases
     python bench/qsplus.py --schema synthetic:n=4,d=3 --workload affine:2
     python bench/qsplus.py --case table3-cps-affine --max-view-cells 400   # big views stay residual
@@ -29,6 +30,8 @@ CASES = {
     "small-4x2-affine": ("synthetic:n=4,d=2", "affine:2"),
     "small-4x3-affine": ("synthetic:n=4,d=3", "affine:2"),
     **{f"table4-{fam}-{n}": (f"synthetic:n={n},d=40", f"{fam}:2") for n in (10, 20, 30, 40, 50) for fam in ("affine", "abs")},
+    # the paper's Table 4 cells themselves: its affine and abs workloads hold the 1-way prefix queries too
+    **{f"table4-paper-{fam}-{n}": (f"synthetic:n={n},d=40", f"prefix:1+{fam}:2") for n in (10, 20, 30, 40, 50) for fam in ("affine", "abs")},
     **{f"table5-{n}-d{d}": (f"synthetic:n={n},d={d}", "range:1+affine:2+prefix:3") for n in (10,) for d in (10, 20, 30, 40, 50)},
     **{f"table3-{s}-{fam}": (s, f"{fam}:2") for s in ("cps", "adult", "loans") for fam in ("affine", "abs")},
 }

@@ -65,8 +65,8 @@ def applies(problem: MarginalProblem) -> str:
         return "the workload is not symmetric under attribute permutations"
     if problem.residual_only:
         return "residual-only subsets take part of the budget"
-    if not problem.local or np.any(problem.m0):
-        return "the workload has views other than the pairs"
+    if not problem.local or any(len(v.attrs) > 2 for v in problem.workload.views):
+        return "the workload has views other than the pairs and single attributes"
     attrs = sorted({a for v in problem.views for a in v.attrs})
     d = len(attrs)
     if len(problem.views) != d * (d - 1) // 2:
@@ -213,6 +213,23 @@ def _psd_sqrt(a: np.ndarray) -> np.ndarray:
     return psd_power(a, 0.5)
 
 
+def pair_share_gram(problem: MarginalProblem, n: int, d: int) -> np.ndarray:
+    """One pair's residual workload Gram plus its share of the 1-way views' (Table 4's `prefix:1`):
+    a 1-way Gram W_i (coordinates j, 0 the total) lives on the pair coordinates (j, 0) of every pair
+    whose first attribute is i and (0, j) where i is second; each of the d - 1 pairs of i carries
+    n / (d - 1) of it, so that over all pairs (each scaled 1/n^2, as a view of n^2 cells) W_i
+    counts once with its own scale 1/n. The blocks of the sum are then G's blocks exactly (a test
+    checks the reduced objective against the whole problem's)."""
+    pair = problem.views[0].attrs
+    gp = workload_residual_gram(problem.workload, pair)
+    for k, a in enumerate(pair):
+        w1 = workload_residual_gram(problem.workload, (a,))
+        if np.any(w1):
+            pos = np.arange(n) * n if k == 0 else np.arange(n)
+            gp[np.ix_(pos, pos)] += n / (d - 1) * w1
+    return gp
+
+
 def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str | None = None, verbose: bool = False,
                     solver_options: dict | None = None) -> SymmetricSolution:
     """Solve the reduced SDP of ``problem`` (:func:`applies` must be "") and certify it.
@@ -234,7 +251,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     v0 = problem.views[0]
     n = v0.sizes[0]
     d = len({a for v in problem.views for a in v.attrs})
-    gp = workload_residual_gram(problem.workload, v0.attrs)
+    gp = pair_share_gram(problem, n, d)
     restrict = n * n > EXACT_MAX_CELLS if restrict is None else bool(restrict)
     top = None
     if restrict:

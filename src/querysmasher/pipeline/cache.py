@@ -32,6 +32,8 @@ BASE_MEM_MB = 400
 # decompose holds more than the Grams it keeps (their canonical copies and keys, the store): random:1,2
 # over [20]^40 keeps 998 MB of Grams and peaked at 1,352 MB (Table 4)
 DECOMPOSE_HELD_FACTOR = 1.3
+# StoredSolutions (the allocate job's solutions) holds the solutions it read last, this many
+STORED_SOLUTIONS_HELD = 4
 
 
 def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
@@ -136,7 +138,7 @@ class StoredSolutions(Mapping):
 
     ``seconds``: each key's solve time, from the files."""
 
-    def __init__(self, paths=(), *, keep: int = 4):
+    def __init__(self, paths=(), *, keep: int = STORED_SOLUTIONS_HELD):
         from ..io import open_h5
 
         self._where: dict[str, str] = {}

@@ -33,7 +33,7 @@ import math
 import os
 from functools import lru_cache
 
-from .cache import BASE_MEM_MB, estimate_decompose_mem_mb, runtime_minutes
+from .cache import BASE_MEM_MB, STORED_SOLUTIONS_HELD, estimate_decompose_mem_mb, runtime_minutes
 
 __all__ = ["stage_resources", "stage_threads", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
 
@@ -172,10 +172,17 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
     # the plan: its solutions, and the decomposition that re-derives query-factor views
     if stage == "evaluate" and not measured:  # plan only: evaluate reads the plan's stored summary
         return {"mem_mb": BASE_MEM_MB, "runtime": runtime_minutes(5.0)}
+    streamed = 0.0  # MB read one solution at a time: time, not memory
     if not whole:
         mb += _query_factor_mb(w)
         subs = (manifest or {}).get("subproblems", [])
-        mb += SOLUTION_COPIES * sum(float(s.get("cost", {}).get("result_mb", 0.0)) for s in subs)
+        results = sorted(float(s.get("cost", {}).get("result_mb", 0.0)) for s in subs)
+        if stage == "allocate" and experiment.objective == "sum":
+            # the solve files' solutions are read one at a time (cache.StoredSolutions holds the last few)
+            mb += SOLUTION_COPIES * sum(results[-STORED_SOLUTIONS_HELD:])
+            streamed = SOLUTION_COPIES * sum(results)
+        else:
+            mb += SOLUTION_COPIES * sum(results)
         if stage == "allocate" and experiment.objective != "sum":  # the max objective re-solves every view here
             mb += max((float(s.get("cost", {}).get("work_mb", 0.0)) for s in subs), default=0.0)
     elif stage == "allocate":
@@ -199,7 +206,7 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         if csv:
             mb += PANDAS_MB + CSV_BYTES_FACTOR * file_mb
     mem = BASE_MEM_MB + mb
-    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + SECONDS_PER_MB * mb)}
+    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + SECONDS_PER_MB * max(mb, streamed))}
 
 
 def grid_resources(stage: str, experiments: int) -> dict:
