@@ -46,9 +46,9 @@ def save_plan(plan: Plan, path) -> None:
         put(v, "lower_bound", plan.lower_bounds)
         put(v, "sigma2", plan.allocation.sigma2)
         sols = new_group(f, "solutions")
-        for key, s in sorted(plan.solutions.items()):
+        for key in sorted(plan.solutions):  # one at a time: a workflow plan reads them from its solve files
             g = new_group(sols, key)
-            write_solution(g, s, compact=True)
+            write_solution(g, plan.solutions[key], compact=True)
 
 
 def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
