@@ -1,4 +1,5 @@
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -151,8 +152,13 @@ def test_subproblem_file_of_a_recipe_holds_no_matrix_and_rebuilds_it_checked(tmp
     _, gram3, store3 = read_subproblem(path)
     with pytest.raises(ValueError, match="its generator changed"):
         gram3.dense(store3)
-    # and one that does not describe a dense term of the Gram is a damaged file
-    with h5py.File(path, "r+") as f:
-        f.attrs["recipes"] = f.attrs["recipes"].replace("[400, 400]", "[401, 401]")
-    with pytest.raises(ValueError, match="does not describe a dense term"):
-        read_subproblem(path)
+    # and one that does not describe a dense term of the Gram is a damaged file, refused before
+    # any query matrix is drawn (sizes that would build a huge one, a shape that is not the Gram's)
+    good = json.loads(h5py.File(path, "r").attrs["recipes"])
+    entry = next(iter(good.values()))
+    for bad in ({**entry, "shape": [401, 401]}, {**entry, "recipe": {**entry["recipe"], "sizes": [10**6, 10**6]}},
+                {**entry, "recipe": {**entry["recipe"], "family": "prefix"}}, {**entry, "recipe": {**entry["recipe"], "keep": [True]}}, "x"):
+        with h5py.File(path, "r+") as f:
+            f.attrs["recipes"] = json.dumps({next(iter(good)): bad})
+        with pytest.raises(ValueError, match="does not describe a dense term"):
+            read_subproblem(path)

@@ -35,7 +35,7 @@ from .workload import Workload, WorkloadView
 
 __all__ = [
     "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix",
-    "term_gram", "term_factor", "is_factor", "rebuild_matrix", "random_gram_bytes",
+    "term_gram", "term_factor", "is_factor", "rebuild_matrix", "recipe_cells", "random_gram_bytes",
 ]
 
 COEF_DIGITS = 12  # significant digits of normalised coefficients in canonical keys
@@ -202,11 +202,27 @@ def rebuild_matrix(recipe: dict) -> np.ndarray:
     >>> rebuild_matrix(r).shape
     (6, 6)
     """
-    if not isinstance(recipe, dict) or recipe.get("family") != "random":
+    sizes, seed, attrs, keep = _recipe_fields(recipe)
+    return project_gram(query_gram(random_query_matrix(sizes, seed, attrs)), sizes, keep)
+
+
+def recipe_cells(recipe) -> int:
+    """The cells of the matrix a recipe builds (a ValueError for anything this version cannot
+    rebuild: a recipe read from a file is checked before a query matrix is drawn)."""
+    sizes, _, _, keep = _recipe_fields(recipe)
+    return math.prod(n for n, k in zip(sizes, keep) if k)
+
+
+def _recipe_fields(recipe) -> tuple[tuple[int, ...], int, tuple[int, ...], tuple[bool, ...]]:
+    def ints(x):
+        return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+
+    ok = isinstance(recipe, dict) and recipe.get("family") == "random" and ints(recipe.get("sizes")) and ints(recipe.get("attrs"))
+    ok = ok and isinstance(recipe.get("seed"), int) and isinstance(recipe.get("keep"), list) and all(isinstance(k, bool) for k in recipe["keep"])
+    ok = ok and 0 < len(recipe["sizes"]) == len(recipe["attrs"]) == len(recipe["keep"]) and all(n >= 1 for n in recipe["sizes"])
+    if not ok:
         raise ValueError(f"not a recipe this version can rebuild: {recipe!r}")
-    sizes = tuple(int(n) for n in recipe["sizes"])
-    q = random_query_matrix(sizes, int(recipe["seed"]), tuple(int(a) for a in recipe["attrs"]))
-    return project_gram(query_gram(q), sizes, tuple(bool(k) for k in recipe["keep"]))
+    return tuple(recipe["sizes"]), int(recipe["seed"]), tuple(recipe["attrs"]), tuple(recipe["keep"])
 
 
 def random_gram_bytes(workload: Workload) -> int:

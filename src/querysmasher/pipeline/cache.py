@@ -70,7 +70,7 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
 def read_subproblem(path: str | Path):
     """(key, SubworkloadGram, MatrixStore) from a subproblem file. The Gram's ``attrs`` are
     positions 0..k-1 (a subproblem is shared by views on different attributes)."""
-    from ..decompose import GramTerm, SubworkloadGram, rebuild_matrix
+    from ..decompose import GramTerm, SubworkloadGram, rebuild_matrix, recipe_cells
     from ..io import get_json, open_h5
     from ..linalg import MatrixStore
 
@@ -90,7 +90,11 @@ def read_subproblem(path: str | Path):
         # a recipe stands for one dense c x c term of this Gram: anything else is a damaged file
         # (the first access also checks that it rebuilds the matrix of key k)
         shape = entry.get("shape") if isinstance(entry, dict) else None
-        if k not in dense_keys or shape != [gram.cells, gram.cells] or not isinstance(entry.get("recipe"), dict):
+        try:
+            cells = recipe_cells(entry.get("recipe")) if isinstance(entry, dict) else -1
+        except ValueError:
+            cells = -1
+        if k not in dense_keys or shape != [gram.cells, gram.cells] or cells != gram.cells:
             raise ValueError(f"subproblem file {path}: recipe {k!r} does not describe a dense term of its {gram.cells}-cell Gram")
         store.add_recipe(k, shape, entry["recipe"])
     return key, gram, store
