@@ -38,9 +38,9 @@ def test_cli_round_trip(cli, tmp_path):
     r = cli("plan", "--schema", SCHEMA, "--workload", WORKLOAD, "--method", "qsplus", "--out", str(p), "--option", "target_gap=1e-3")
     assert r.returncode == 0, r.stderr
     assert cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m), "--seed", "1").returncode == 0
-    r = cli("reconstruct", "--plan", str(p), "--measurements", str(m), "--out", str(a))
+    r = cli("reconstruct", "--plan", str(p), "--measurements", str(m), "--out", str(a), "--csv", str(tmp_path / "csv"))
     assert r.returncode == 0, r.stderr
-    assert a.exists()
+    assert a.exists() and (tmp_path / "csv" / "tables.json").exists() and list((tmp_path / "csv").glob("*.csv"))
     with h5py.File(a) as f:
         assert f.attrs["method"] == "qsplus"
         n = f["views/answer_offsets"][-1]
@@ -123,8 +123,41 @@ def test_measurements_of_the_wrong_length_are_refused(small_plan, tmp_path):
     assert not (tmp_path / "a.h5").exists()
     with pytest.raises(InputError, match="different plan"):
         reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="y")
-    with pytest.raises(InputError, match="csv"):
-        reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x", csv_dir=str(tmp_path))
+
+
+def test_csv_tables_are_the_gls_tables_with_their_exact_standard_errors(small_plan, tmp_path):
+    """reconstruct --csv for qsplus: one CSV per workload view table whose cells are estimable, its
+    estimates the GLS table and its std_error the square root of the exact cell variances; the
+    index names every table (omitted ones with why)."""
+    import json
+
+    from querysmasher.data import validate_records
+    from querysmasher.marginal_family import reconstruct
+    from querysmasher.marginal_family.gls import table_estimable
+    from querysmasher.marginal_family.release import measure_marginal_to_file, reconstruct_marginal_to_file
+
+    records = validate_records(pd.read_csv(_data(tmp_path)), small_plan.schema)
+    m, out = tmp_path / "m.h5", tmp_path / "csv"
+    measure_marginal_to_file(small_plan, records, np.random.default_rng(0), m, plan_sha256="x")
+    info = reconstruct_marginal_to_file(small_plan, m, tmp_path / "a.h5", plan_sha256="x", csv_dir=str(out))
+    with h5py.File(m) as f:
+        ys = [f[f"measurements/{i}"][()] for i in range(len(f["measurements"]))]
+    ans = reconstruct(small_plan, ys, cell_variances=True)
+    index = json.loads((out / "tables.json").read_text())
+    views = list(dict.fromkeys(v.attrs for v in small_plan.workload.views))
+    assert len(index["tables"]) == len(views)
+    written = 0
+    for entry, attrs in zip(index["tables"], views):
+        k = next(i for i, v in enumerate(small_plan.workload.views) if v.attrs == attrs)
+        if not table_estimable(small_plan, attrs)[0]:
+            assert entry["file"] is None and entry["omitted"]
+            continue
+        frame = pd.read_csv(out / entry["file"])
+        assert len(frame) == math.prod(small_plan.schema.sizes[a] for a in attrs)
+        np.testing.assert_allclose(frame["estimate"], ans.tables[k], rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(frame["std_error"], np.sqrt(ans.cell_variances[k]), rtol=1e-12)
+        written += 1
+    assert written == info["csv_tables"] > 0
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ OPERATIONS: dict[str, str] = {
     "measure_to_file": "(plan, records, noise, path, *, plan_sha256) -> None: the measurements file",
     "reconstruct_to_file": "(plan, measurements_path, out, *, plan_sha256, csv_dir=None, max_answers=None) -> dict: the answers file",
     "released_answers": "(plan, answers_path) -> iterator of (view, answers, variances or None)",
-    "release_tables": "(plan, records, noise) -> (tables, view_answers, total): a release's publishable tables (querysmasher.tables.write_table_files); empty for kinds without per-view tables",
+    "release_tables": "(plan, records, noise) -> (tables, view_answers, total): a release's publishable tables (querysmasher.tablefiles.write_table_files); empty for kinds without per-view tables",
 }
 
 
@@ -116,7 +116,7 @@ register_plan_kind(PlanKind(
     released_answers="querysmasher.hdmm.release:hdmm_released_answers",
 ))
 register_plan_kind(PlanKind(
-    "marginal-plan", "querysmasher.marginal_family.planner:MarginalPlan", False,
+    "marginal-plan", "querysmasher.marginal_family.planner:MarginalPlan", True,
     save="querysmasher.marginal_family.files:save_marginal_plan", load="querysmasher.marginal_family.files:load_marginal_plan",
     check="querysmasher.marginal_family.release:check_marginal_plan",
     measure_to_file="querysmasher.marginal_family.release:measure_marginal_to_file",

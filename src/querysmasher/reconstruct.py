@@ -186,7 +186,7 @@ def write_csv_tables(folder: str | Path, rec: Reconstruction) -> list[Path]:
 
 def residual_release_tables(plan, records, noise):
     """The release of a residual plan (kind ``plan``): measure ``records`` with ``noise``, reconstruct,
-    and return the publishable tables as :func:`querysmasher.tables.write_table_files` takes them."""
+    and return the publishable tables as :func:`querysmasher.tablefiles.write_table_files` takes them."""
     from .measure import measure_iter, measured_views
     from .tables import residual_table_data
 

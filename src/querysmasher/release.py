@@ -195,7 +195,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .plankinds import kind_of
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
-    from .tables import write_table_files
+    from .tablefiles import write_table_files
 
     out = Path(out)
     check_output(out, inputs=[spec.source, spec.data, spec.domain], folder=True)

@@ -24,11 +24,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from .atomic import atomic_path, write_json
-from .families import count_1d
-from .filenames import distinct_file_names
+from .tablefiles import write_table_files
 from .workload import WorkloadView
 
 __all__ = ["cells_estimable", "cell_variances", "write_tables", "write_table_files", "residual_table_data", "MAX_EXPLICIT_CELLS"]
@@ -67,45 +64,6 @@ def cell_variances(plan, attrs: tuple[int, ...]) -> np.ndarray | None:
     return view_variances(plan, WorkloadView(tuple(attrs), "marginal", 1.0, ("marginal",) * len(attrs)))
 
 
-def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
-def _cell_frame(plan, attrs) -> pd.DataFrame:
-    names, sizes = plan.schema.names, plan.schema.sizes
-    shape = tuple(sizes[a] for a in attrs)
-    idx = np.indices(shape).reshape(len(attrs), -1) if attrs else np.zeros((0, 1), dtype=int)
-    return pd.DataFrame({names[a]: idx[k] for k, a in enumerate(attrs)})
-
-
-def _postprocess(table: np.ndarray, total: float) -> np.ndarray:
-    """Non-negative integers summing to round(max(total, 0)) (largest remainders)."""
-    x = np.clip(table, 0, None)
-    target = int(round(max(total, 0.0)))
-    if x.sum() <= 0 or target == 0:
-        return np.zeros(len(x), dtype=np.int64)
-    x = x * (target / x.sum())
-    base = np.floor(x).astype(np.int64)
-    extra = target - int(base.sum())
-    if extra > 0:
-        base[np.argsort(-(x - base), kind="stable")[:extra]] += 1
-    return base
-
-
-def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.ndarray) -> pd.DataFrame:
-    names, sizes = plan.schema.names, plan.schema.sizes
-    if v.factors:
-        counts = tuple(count_1d(f, sizes[a]) for f, a in zip(v.factors, v.attrs))
-        idx = np.indices(counts).reshape(len(counts), -1)
-        frame = pd.DataFrame({f"{names[a]}_{f}_query": idx[k] for k, (a, f) in enumerate(zip(v.attrs, v.factors))})
-    else:
-        frame = pd.DataFrame({"query": np.arange(len(answers))})
-    frame["answer"] = answers
-    frame["std_error"] = np.sqrt(np.maximum(variances, 0))
-    return frame
-
-
 def write_tables(folder: str | Path, rec, *, answers: bool = True, postprocessed: bool = False, max_answers: int = 1_000_000) -> dict:
     """Write the publishable tables of a reconstruction into ``folder`` (see the module docstring);
     return (and write as ``tables.json``) an index of what was written and what was omitted, why."""
@@ -131,54 +89,3 @@ def residual_table_data(rec):
     total = float(rec.table(())[0]) if cells_estimable(plan, ())[0] else None
     view_answers = [(v, lambda v=v: (rec.view_answers(v), variances(v))) for v in plan.workload.views]
     return tables, view_answers, total
-
-
-def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: float | None, postprocessed: bool = False,
-                      max_answers: int = 1_000_000) -> dict:
-    """The files of :func:`write_tables` for a plan of any kind: ``tables`` is one (attrs, cell
-    estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
-    (workload view, callable -> (answers, variances)) per workload view in the workload's order
-    (computed only for views that are written), ``total`` the estimated total the postprocessed
-    tables are rescaled to (None: no postprocessed tables)."""
-    folder = Path(folder)
-    index: dict = {"tables": [], "answers": [], "postprocessed": []}
-    names = plan.schema.names
-    views = [attrs for attrs, *_ in tables]
-    # file names from attribute names (data read from a domain file): never a path, never shared
-    table_files = dict(zip(views, distinct_file_names([names[a] for a in attrs] for attrs in views)))
-    for attrs, table, var, why in tables:
-        entry = {"view": [names[a] for a in attrs]}
-        if table is None or var is None:
-            entry.update(file=None, omitted=why)
-        else:
-            frame = _cell_frame(plan, attrs)
-            frame["estimate"] = table
-            frame["std_error"] = np.sqrt(np.maximum(var, 0))
-            path = folder / f"{table_files[attrs]}.csv"
-            _write_csv(frame, path)
-            entry.update(file=path.name)
-            if postprocessed and total is not None:
-                pp = _cell_frame(plan, attrs)
-                pp["count"] = _postprocess(table, total)
-                pp_path = folder / "postprocessed" / f"{table_files[attrs]}.csv"
-                _write_csv(pp, pp_path)
-                index["postprocessed"].append(str(pp_path.relative_to(folder)))
-        index["tables"].append(entry)
-    view_answers = list(view_answers)
-    if view_answers:
-        answer_files = distinct_file_names((v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
-                                           for k, (v, _) in enumerate(view_answers))
-        for k, (v, compute) in enumerate(view_answers):
-            n = plan.workload.view_count(v)
-            name = answer_files[k]
-            if n > max_answers:
-                index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
-                continue
-            path = folder / "answers" / f"{name}.csv"
-            _write_csv(_answers_frame(plan, v, *compute()), path)
-            index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
-    if postprocessed:
-        index["postprocessed_note"] = ("non-negative integer counts, each table rescaled to the estimated total; biased, "
-                                       "for display only; the unbiased estimates with standard errors are the tables above")
-    write_json(folder / "tables.json", index)
-    return index

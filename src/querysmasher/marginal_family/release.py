@@ -8,7 +8,8 @@ read, and refused above the plan's budget (no tolerance). Each measurement is on
 operator @ (the view's marginal, counted from the records) + Gaussian noise from the
 :class:`querysmasher.noise.NoiseSource`. Reconstruction reads back one finite float vector of the
 operator's row count per measurement and answers every workload query by GLS with its exact
-variance (:func:`.gls.reconstruct`). Answers are per query (no per-view CSV tables).
+variance (:func:`.gls.reconstruct`); with ``--csv`` each workload view's table with per-cell
+standard errors, as a release writes them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from .. import h5read as r
 from ..errors import InputError
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import as_noise
+from ..tablefiles import write_table_files
 from .gls import applied_privacy_cost, measure_marginals, measurement_operators, reconstruct
 
-__all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers", "marginal_release_tables"]
+__all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers", "marginal_release_tables",
+           "marginal_table_data"]
 
 MAX_TABLE_CELLS = 4096  # cell variances of a workload view's table: explicit (cells x cells) up to this many cells
 
@@ -39,16 +42,22 @@ def check_marginal_plan(plan) -> float:
 def marginal_release_tables(plan, records, noise):
     """The release of a ``qsplus`` plan: measure ``records`` (the privacy cost re-checked first),
     reconstruct by GLS, and return (tables, view_answers, total) as
-    :func:`querysmasher.tables.write_table_files` takes them: each workload view's table with its
-    exact cell variances where it is an unbiased estimate of the marginal, every answer with its
-    variance, and the estimated total."""
+    :func:`querysmasher.tablefiles.write_table_files` takes them (:func:`marginal_table_data`)."""
     from ..data import marginal
-    from .gls import table_estimable
 
     check_marginal_plan(plan)  # before any record is read
     sizes = plan.schema.sizes
     ys = measure_marginals(plan, lambda attrs: marginal(records, tuple(attrs), sizes), as_noise(noise), budget_check=False)
-    ans = reconstruct(plan, ys, cell_variances=True, max_cells=MAX_TABLE_CELLS)
+    return marginal_table_data(plan, reconstruct(plan, ys, cell_variances=True, max_cells=MAX_TABLE_CELLS))
+
+
+def marginal_table_data(plan, ans):
+    """(tables, view_answers, total) of a ``qsplus`` reconstruction made with cell variances, as
+    :func:`querysmasher.tablefiles.write_table_files` takes them: each workload view's table with its
+    exact cell variances where it is an unbiased estimate of the marginal (else None and why),
+    every answer with its variance, and the estimated total."""
+    from .gls import table_estimable
+
     tables, seen = [], set()
     for k, v in enumerate(plan.workload.views):
         if v.attrs in seen:
@@ -85,9 +94,10 @@ def measure_marginal_to_file(plan, records, noise, path: str | Path, *, plan_sha
 
 def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path, *, plan_sha256: str,
                                  csv_dir=None, max_answers: int | None = None) -> dict:
-    """Answers and exact variances from a ``qsplus`` release, every vector checked against the plan."""
-    if csv_dir:
-        raise InputError("--csv", str(csv_dir), "qsplus answers have no per-view tables to write as CSV")
+    """Answers and exact variances from a ``qsplus`` release, every vector checked against the plan;
+    with ``csv_dir``, also each workload view's table with per-cell standard errors as CSV (the
+    files and ``tables.json`` index of :func:`querysmasher.tablefiles.write_table_files`; a view whose
+    cells are not estimable, or of more than :data:`MAX_TABLE_CELLS` cells, is listed as omitted)."""
     ops = measurement_operators(plan)
     with open_h5(measurements, "measurements") as f, r.h5py_errors(measurements, "measurements file"):
         if r.text(f, "plan_sha256") != plan_sha256:
@@ -96,7 +106,7 @@ def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path
         if len(r.indexed_members(g, "one vector per measurement")) != len(ops):
             raise r.bad(g, "", len(r.members(g)), f"must hold one vector per measurement of the plan ({len(ops)})")
         ys = [np.asarray(r.finite_vector(g, str(i), m.operator.shape[0])[()], dtype=np.float64) for i, m in enumerate(ops)]
-    ans = reconstruct(plan, ys, ops=ops)
+    ans = reconstruct(plan, ys, ops=ops, cell_variances=bool(csv_dir), max_cells=MAX_TABLE_CELLS)
     answers = [np.asarray(a, dtype=np.float64).ravel() for a in ans.answers]
     variances = [np.asarray(v, dtype=np.float64).ravel() for v in ans.variances]
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
@@ -109,7 +119,13 @@ def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path
         put(v, "answer_offsets", offsets)
         put(v, "answers", np.concatenate(answers) if answers else np.zeros(0))
         put(v, "variances", np.concatenate(variances) if variances else np.zeros(0))
-    return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
+    info = {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
+    if csv_dir:
+        tables, _, _ = marginal_table_data(plan, ans)
+        Path(csv_dir).mkdir(parents=True, exist_ok=True)
+        index = write_table_files(csv_dir, plan, tables, (), total=None)
+        info["csv_tables"] = sum(1 for t in index["tables"] if t["file"])
+    return info
 
 
 def marginal_released_answers(plan, answers_path, views=None):
