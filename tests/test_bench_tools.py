@@ -101,3 +101,24 @@ def test_compare_tables_finds_the_largest_difference_per_method(tmp_path):
     assert out[("rmse", "qs")][0] == 2 and out[("rmse", "qs")][1] == pytest.approx(1e-9, rel=1e-6)
     assert out[("rmse", "wff")] == (1, 0.0)
     assert ("lower_bound_rmse", "wff") not in out  # no finite pair to compare
+
+
+def test_startup_workflow_has_one_job_per_kind_and_index(tmp_path):
+    """bench/startup.py: its generated workflow dry-runs to one job of each kind per index, each
+    stage script is what scripts/ do before their work, and the import split names the packages
+    a stage loads."""
+    import subprocess
+
+    startup = _bench("startup")
+    (tmp_path / "Snakefile").write_text(startup._snakefile(3))
+    for k, body in startup.KINDS.items():
+        if body is not None:
+            (tmp_path / f"{k.replace('+', '_')}.py").write_text(body)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "rules", "all"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    counts = {line.split()[0]: int(line.split()[1]) for line in out.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()}
+    assert {r: counts.get(r) for r in ("shell", "script", "stage", "stage_scipy")} == dict.fromkeys(("shell", "script", "stage", "stage_scipy"), 3)
+    assert "from querysmasher.pipeline import steps" in startup.KINDS["stage"]
+    split = startup.import_split(1)
+    assert split["querysmasher"] > 0 and split["numpy"] > 0 and "scipy" not in split
