@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     p.add_argument("--cores", type=int, nargs="*", default=[1, 2, 16, 64, 128])
     p.add_argument("--overhead", type=float, default=0.0, help="seconds added to every job (scheduling between jobs)")
     p.add_argument("--startup", type=float, default=0.0, help="seconds added once: Snakemake building the job graph before the first job and after checkpoints (a run's wall time minus its jobs' span)")
-    p.add_argument("--slowdown", type=float, default=1.0, help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches, and Snakemake's own process runs beside them: 1.12 on this 2-core machine, measured from K = 1 and K = 2 runs of one table)")
+    p.add_argument("--slowdown", type=float, default=1.0, help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches with each other and with Snakemake's own process; on this 2-vCPU machine the job time of a K = 2 run over a K = 1 run was 1.26 and 0.89 on 2026-12-03 and 0.99 and 1.01 on 2026-12-04: the host, not a constant; BENCHMARKS.md)")
     p.add_argument("--latency", type=float, default=0.0, help="seconds per cluster submission (queue and start-up)")
     p.add_argument("--grouped", nargs="*", default=[], help="rules whose jobs share a submission per wave")
     p.add_argument("--calibrate", type=int, metavar="K", help="print the per-job overhead that reproduces a run made with --cores K")
