@@ -265,3 +265,19 @@ def test_maxcut_upper_bounds_the_sdp_and_reaches_it(seed):
         c /= np.sqrt(np.outer(np.diag(c), np.diag(c)))
         assert float(np.sum(d * c)) <= bound
     assert maxcut_upper(-d, np.ones(12)) == math.inf  # a negative diagonal: the dual used does not apply
+
+
+def test_polished_certificate_is_tighter_and_still_a_bound():
+    """certificate(..., polish=True) at the qs start: never below the heuristic bound, never above
+    the family's optimum (a tight plan's objective), and closer to it."""
+    s = parse_schema("synthetic:n=4,d=3")
+    w = parse_workload("abs:2", s)
+    qs = _qs(w)
+    pr = build_problem(w, qs, tie=False)
+    f, t, tau = start_from_residual_plan(pr, qs)
+    obj, low = certificate(pr, f, t, tau)
+    obj_p, low_p = certificate(pr, f, t, tau, polish=True)
+    optimum = plan(s, w, target_gap=1e-6, tie=False)
+    assert obj_p == obj
+    assert low <= low_p <= optimum.total_variance * (1 + 1e-7)
+    assert optimum.total_variance - low_p < optimum.total_variance - low
