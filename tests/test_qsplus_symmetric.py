@@ -206,3 +206,22 @@ def test_rough_multipliers_are_polished_into_a_tight_certificate():
     rough = solve_symmetric(problem, solver="SCS", solver_options={"eps_abs": 1e-5, "eps_rel": 1e-5})
     assert rough.lower_bound <= exact.sdp_value * (1 + 1e-7)
     assert rough.lower_bound >= exact.sdp_value * (1 - 1e-4)
+
+
+def test_planner_retries_with_the_interior_point_method_when_scs_misses_the_target(monkeypatch):
+    """SCS goes first; on a small pair whose SCS certificate misses the target (here SCS stopped
+    after 30 iterations) the planner solves again by Clarabel and keeps the better point and bound."""
+    from querysmasher.marginal_family import symmetric
+
+    monkeypatch.setattr(symmetric, "SCS_OPTIONS", {"eps_abs": 1e-2, "eps_rel": 1e-2, "max_iters": 30})
+    calls = []
+    real = symmetric.solve_symmetric
+
+    def recording(problem, **kw):
+        calls.append(kw.get("solver"))
+        return real(problem, **kw)
+
+    monkeypatch.setattr(symmetric, "solve_symmetric", recording)
+    p = plan("synthetic:n=4,d=4", "abs:2")
+    assert calls == [None, "CLARABEL"]  # the planner found SCS's point short of the target
+    assert p.gap <= 1e-4 and not p.notes

@@ -206,6 +206,11 @@ def plan(
             raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
         if not why:
             reduced, restricted = _symmetric_solution(problem)
+            if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
+                exact, _ = _symmetric_solution(problem, solver="CLARABEL")  # SCS missed the target: the interior point method
+                low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
+                reduced = exact if exact.objective < reduced.objective else reduced
+                reduced.lower_bound = min(reduced.objective, low)
             if reduced.gap <= target_gap:
                 sol = reduced
             elif restricted:  # the optimum in practice, its certificate loose: the descent would not do better
@@ -251,11 +256,11 @@ def plan(
     return out
 
 
-def _symmetric_solution(problem: MarginalProblem) -> tuple[Solution, bool]:
-    """The optimum of :mod:`.symmetric`'s reduced SDP as a :class:`~.optimize.Solution`: its pair Gram
-    with the cell diagonal filled up to the cost (never a higher objective), evaluated exactly; and
-    whether the reduction was restricted."""
-    red = symmetric.solve_symmetric(problem)
+def _symmetric_solution(problem: MarginalProblem, solver: str | None = None) -> tuple[Solution, bool]:
+    """The optimum of :mod:`.symmetric`'s reduced SDP (by ``solver``, None: its default) as a
+    :class:`~.optimize.Solution`: its pair Gram with the cell diagonal filled up to the cost (never a
+    higher objective), evaluated exactly; and whether the reduction was restricted."""
+    red = symmetric.solve_symmetric(problem, solver=solver)
     m = len(problem.views)
     filled = red.gram + np.diag(1.0 - np.diag(red.gram))
     # a first-order solver's optimum is singular to rounding: mixed with the identity (unit diagonal

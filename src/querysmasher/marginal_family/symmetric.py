@@ -17,7 +17,8 @@ occur in the residual spaces of at most two attributes), each with a small multi
 So tr(G X^+) = sum_lambda mult_lambda tr(G_lambda X_lambda^-1), X_lambda linear in Y: a semidefinite
 program whose size does not depend on d (blocks of at most (n-1) n coordinates), with the cost
 constraints diag(U Y U^T) <= 1 on the n(n+1)/2 swap-orbits of cells. It is solved by an interior
-point method (Clarabel through cvxpy) on small pairs and by SCS (a first-order conic solver) on larger ones, and
+method (SCS, a first-order conic solver, through cvxpy; Clarabel, an interior point method, when
+SCS's certificate misses the target on a small pair), and
 the bound is recomputed here from the solver's dual blocks
 Phi_lambda (weak duality, as :mod:`.optimize` states it): any PSD Phi gives
 f* >= T(Phi)^2 / s(D(Phi)) with T = sum mult tr((G^1/2 Phi G^1/2)^1/2) and s(D) bounded through a
@@ -49,9 +50,11 @@ __all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
-INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells go to Clarabel (interior point), larger ones to SCS
+INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solved again by Clarabel (interior point) when SCS's certificate misses the target
 # Measured on [n]^40 (2 cores): whole space n = 10 by Clarabel certifies affine:2 / abs:2 to 4e-7 / 3e-6 in 118 / 80 s
-# (1.8 / 1.3 GB); by SCS affine:2 to 7e-7 in 32 s but abs:2 only to 0.72 in 285 s, so Clarabel keeps n = 10. Clarabel's
+# (1.8 / 1.3 GB); by SCS affine:2 to 7e-7 in 32 s but abs:2 only to 0.72 in 285 s before the certificate's s(D) was
+# polished (maxcut_upper); since, SCS certifies the paper's [10]^40 cells (prefix:1+affine:2 / abs:2) to 1.4e-5 / 9.1e-6
+# in 23 s and 180 MB each (planner, one BLAS thread), so SCS goes first and Clarabel is the fallback. Clarabel's
 # dense cone scalings outgrow memory beyond (n = 12: > 8 min, 7.3 GB); SCS certifies [20]^40 affine:2 to 7.7e-5 in
 # 854 s (0.9 GB). Restricted: n = 20 65 s; n = 30 at 1e-8 ran > 8 min, at 1e-6 259 s.
 SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells
@@ -242,9 +245,10 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
     family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
     then lives on the restricted space and its bound over the whole family is loose. ``solver``:
-    a cvxpy solver (None: Clarabel up to :data:`INTERIOR_MAX_CELLS` cells, SCS beyond, where the
-    interior point method's dense cone scalings outgrow memory; its tolerances by size as measured
-    above :data:`SCS_OPTIONS`)."""
+    a cvxpy solver (None: SCS, its tolerances by size as measured above :data:`SCS_OPTIONS`; the
+    planner retries pairs of at most :data:`INTERIOR_MAX_CELLS` cells with "CLARABEL" when SCS's
+    certificate misses its target; beyond, the interior point method's dense cone scalings outgrow
+    memory)."""
     import cvxpy as cp  # heavy: imported only when the reduction runs
 
     why = applies(problem)
@@ -263,8 +267,8 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
     red = _Reduction(n, d, top)
     if solver is None:
-        solver = "SCS" if restrict or n * n > INTERIOR_MAX_CELLS else "CLARABEL"
-        if solver == "SCS" and solver_options is None:
+        solver = "SCS"
+        if solver_options is None:
             solver_options = dict(SCS_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
