@@ -11,7 +11,8 @@ from querysmasher.accounting import Budget
 from querysmasher.fulldomain import cell_index, full_domain_gram, marginalise
 from querysmasher.marginal_family import applied_privacy_cost, build_problem, measure_marginals, measurement_operators, plan, reconstruct
 from querysmasher.marginal_family.gls import view_queries
-from querysmasher.marginal_family.optimize import certificate, start_from_residual_plan
+from querysmasher.marginal_family.certificate import certificate
+from querysmasher.marginal_family.optimize import start_from_residual_plan
 from querysmasher.planners.residual import plan_residual
 from querysmasher.schema import parse_schema
 from querysmasher.solvers.qs import QSSolver
@@ -250,7 +251,7 @@ def test_maxcut_upper_bounds_the_sdp_and_reaches_it(seed):
     value of any feasible X (random correlation matrices, and the optimum cvxpy finds) -- and
     within 1e-5 of that optimum from a poor start."""
     cp = pytest.importorskip("cvxpy")
-    from querysmasher.marginal_family.optimize import maxcut_upper
+    from querysmasher.marginal_family.certificate import maxcut_upper
 
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(12, 5)) * rng.uniform(0.1, 3.0, size=(12, 1))  # a low-rank PSD D with uneven rows

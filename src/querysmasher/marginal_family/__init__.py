@@ -1,7 +1,7 @@
 """Marginal-space mechanisms beyond the residual family (method ``qsplus``): one Gaussian mechanism per workload view on its whole marginal.
 
 Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective,
-gradient), :mod:`.optimize` (the optimiser and its certificate), :mod:`.symmetric` (the exact reduced SDP of
+gradient), :mod:`.optimize` (the optimiser), :mod:`.certificate` (its dual bound), :mod:`.symmetric` (the exact reduced SDP of
 uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.planner` (:func:`plan` and
 the :class:`MarginalPlan` record), :mod:`.gls` (measurement operators, noisy measurements, GLS
 answers, exact variances).

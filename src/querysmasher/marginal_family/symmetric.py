@@ -16,14 +16,14 @@ occur in the residual spaces of at most two attributes), each with a small multi
 
 So tr(G X^+) = sum_lambda mult_lambda tr(G_lambda X_lambda^-1), X_lambda linear in Y: a semidefinite
 program whose size does not depend on d (blocks of at most (n-1) n coordinates), with the cost
-constraints diag(U Y U^T) <= 1 on the n(n+1)/2 swap-orbits of cells. It is solved by an interior
-method (SCS, a first-order conic solver, through cvxpy; Clarabel, an interior point method, when
+constraints diag(U Y U^T) <= 1 on the n(n+1)/2 swap-orbits of cells. It is solved by SCS (a
+first-order conic solver, through cvxpy; Clarabel, an interior point method, when
 SCS's certificate misses the target on a small pair), and
 the bound is recomputed here from the solver's dual blocks
-Phi_lambda (weak duality, as :mod:`.optimize` states it): any PSD Phi gives
+Phi_lambda (weak duality, as :mod:`.certificate` states it): any PSD Phi gives
 f* >= T(Phi)^2 / s(D(Phi)) with T = sum mult tr((G^1/2 Phi G^1/2)^1/2) and s(D) bounded through a
 diagonal L with D <= lambda_max(L^-1/2 D L^-1/2) L (the solver's cost multipliers and two
-heuristics), then polished by :func:`.optimize.maxcut_upper` (s(D) to about 1e-6: a first-order
+heuristics of :func:`.certificate.sdp_upper`), then polished by :func:`.certificate.maxcut_upper` (s(D) to about 1e-6: a first-order
 solver's multipliers alone left 2e-3 of the objective at [10]^40 abs). The primal point handed back is the solver's Y
 with its cell diagonal filled up to the cost (which never raises the objective); its objective is
 re-evaluated exactly by :meth:`.problem.MarginalProblem.evaluate`.
@@ -41,7 +41,7 @@ import scipy.sparse as sp
 
 from ..linalg import psd_power
 from .basis import view_basis
-from .optimize import maxcut_upper
+from .certificate import sdp_upper
 from .problem import MarginalProblem, workload_residual_gram
 
 log = logging.getLogger(__name__)
@@ -334,15 +334,10 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
             lam_dual[c] = duals[k]
         else:
             lam_dual[c] = lam_dual[j * n + i] = duals[k] / 2
-    s_upper, best_lam = math.inf, None
-    for lam in (lam_dual, np.einsum("ij,ji->i", dcell, gram), np.diag(dcell)):
-        lam = np.maximum(lam, 1e-12 * max(float(lam.max()), 1e-300))
-        s = 1.0 / np.sqrt(lam)
-        top = float(np.linalg.eigvalsh(dcell * s[:, None] * s[None, :])[-1])
-        if max(top, 0.0) * float(lam.sum()) < s_upper:
-            s_upper, best_lam = max(top, 0.0) * float(lam.sum()), lam
-    if best_lam is not None and not restrict:  # a first-order solver's multipliers are rough: polish s(D) exactly
-        s_upper = min(s_upper, maxcut_upper(dcell, best_lam))
+    # the solver's cost multipliers and the diagonal heuristics; a first-order solver's multipliers
+    # are rough, so s(D) is polished (not for the restricted reduction: its bound is loose anyway)
+    lam_dual = np.maximum(lam_dual, 1e-12 * max(float(lam_dual.max()), 1e-300))
+    s_upper = sdp_upper(dcell, gram, extra=(lam_dual,), polish=not restrict)
     bound = tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
     out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
     log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
