@@ -225,6 +225,29 @@ def optimise(
         return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
 
 
+class _TimeUp(Exception):
+    """The descent's time budget ran out inside a round."""
+
+
+class _Timed:
+    """An objective under a deadline: every evaluation first checks the clock and raises
+    :class:`_TimeUp` once it has passed (one L-BFGS or trust-region round can run for many minutes on
+    a large problem, so a budget checked only between rounds is not a budget); the lowest point
+    evaluated so far is kept, for the descent to continue from or stop at."""
+
+    def __init__(self, fun, deadline: float):
+        self.fun, self.deadline = fun, deadline
+        self.best_value, self.best_x = math.inf, None
+
+    def __call__(self, x):
+        if time.perf_counter() > self.deadline:
+            raise _TimeUp
+        value, grad = self.fun(x)
+        if value < self.best_value:
+            self.best_value, self.best_x = value, np.array(x, copy=True)
+        return value, grad
+
+
 @dataclass
 class _Result:
     x: np.ndarray
@@ -330,17 +353,22 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
                 newton_turn = not newton_turn
         par.mu = mu
         how = method if method != "auto" else ("trust-krylov" if newton_turn else "lbfgs")
-        if how == "lbfgs":
-            r = scipy.optimize.minimize(par.fun, x, jac=True, method="L-BFGS-B",
-                                        options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
-        elif how == "newton":
-            r = _truncated_newton(par.fun, x, newton_iterations, cg_iterations)
-        else:
-            def hessp(z, p, _f=par.fun):
-                h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)
-                return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
-            r = scipy.optimize.minimize(par.fun, x, jac=True, hessp=hessp, method=how,
-                                        options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
+        fun = _Timed(par.fun, t0 + max_seconds)
+        try:
+            if how == "lbfgs":
+                r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
+                                            options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+            elif how == "newton":
+                r = _truncated_newton(fun, x, newton_iterations, cg_iterations)
+            else:
+                def hessp(z, p, _f=fun):
+                    h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)
+                    return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
+                r = scipy.optimize.minimize(fun, x, jac=True, hessp=hessp, method=how,
+                                            options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
+        except _TimeUp:  # the budget ran out mid-round: certify the lowest point it evaluated, then stop
+            log.info("qsplus: the time budget (%.0f s) ran out inside a %s round", max_seconds, how)
+            r = _Result(fun.best_x if fun.best_x is not None else x, 0, "time budget")
         log.debug("round: mu %.3g, %d iterations, %s", mu, r.nit, r.message)
         it += int(r.nit)
         if not np.all(np.isfinite(r.x)):
