@@ -17,7 +17,7 @@ import numpy as np
 from ...linalg import eigh_sym
 from ...threads import BLAS_THREADED_CELLS, at_most
 from .barrier import CG_PRODUCTS_EXPECTED, POLISH_STEPS, barrier_phase
-from .dual import PHASE1_MAX_BEFORE_SWITCH, PHASE1_MAX_MATRIX_FREE, Tracker, ascent_step, dual_point, phase1_should_stop
+from .dual import PHASE1_MAX_BEFORE_SWITCH, PHASE1_MAX_MATRIX_FREE, DualPoint, Tracker, ascent_step, dual_point, phase1_should_stop
 from .problem import Prepared, dual_s, loss_and_eig, prepare, root_spectrum, weighted_gram
 
 __all__ = ["DenseSolveResult", "solve_dense", "solve_core", "certificate", "middle"]
@@ -55,11 +55,15 @@ def middle(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
     return (u * f) @ u.T
 
 
-def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float) -> np.ndarray:
-    """X(p) = W^T A^-½ W or X(lambda, mu) = mu Λ^-1 + W^T g_mu(A) W, divided by its max diagonal."""
-    k, u = eigh_sym(weighted_gram(W, vec), upper=True)
-    k = np.maximum(k, 0.0)
-    z = u.T @ W
+def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float, point: DualPoint | None = None) -> np.ndarray:
+    """X(p) = W^T A^-½ W or X(lambda, mu) = mu Λ^-1 + W^T g_mu(A) W, divided by its max diagonal
+    (X(p) from the eigendecomposition ``point`` already holds, when it is the point of p)."""
+    if point is not None and kind == "dual" and point.p is vec:
+        k, z = np.maximum(point.k, 0.0), point.z
+    else:
+        k, u = eigh_sym(weighted_gram(W, vec), upper=True)
+        k = np.maximum(k, 0.0)
+        z = u.T @ W
     if kind == "dual":
         f = z / k[:, None] ** 0.25
         x = f.T @ f
@@ -87,7 +91,7 @@ def solve_core(prep: Prepared, target_gap: float, max_iterations: int, time_limi
     pt = dual_point(W, np.full(n, 1.0 / n))
     counts["factorizations"] += 1
     best.offer_lower(pt.lower, pt.p)
-    best.offer_upper(pt.upper, "dual", pt.p)
+    best.offer_upper(pt.upper, "dual", pt.p, point=pt)
     # flops of one phase-1 step (two r x r x n products and an r x r eigendecomposition) and of one
     # Newton step, in phase-1 steps: the price of a typical phase 2. The Hessian is formed (r^2 n^2 / 2
     # flops, n^2 memory) when that is cheaper than a typical conjugate-gradient solve and allowed.
@@ -159,7 +163,7 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
 
     # the answer: rebuild the best X, recompute its loss from the matrix, re-evaluate the bound
     kind, vec, mu = best.primal
-    x_kept = _build_x(W, kind, vec, mu)
+    x_kept = _build_x(W, kind, vec, mu, best.primal_point)
     X = np.eye(c)
     X[np.ix_(prep.kept, prep.kept)] = x_kept
     loss, eig = loss_and_eig(prep.W_all, X)

@@ -40,6 +40,13 @@ class DualPoint:
     s: float  # tr(A^½)
     g: np.ndarray  # diag(W^T A^-½ W), with A's eigenvalues floored at rounding level
     singular: bool  # A(p) is singular to rounding: X(p) misses part of range(G)
+    k: np.ndarray  # eigenvalues of A(p) = U diag(k) U^T (ascending)
+    z: np.ndarray  # U^T W: X(p) = (z / k^¼)^T (z / k^¼), with no further eigendecomposition
+
+    @property
+    def condition(self) -> float:
+        """max k / min k (inf when A(p) is singular)."""
+        return float(self.k[-1] / self.k[0]) if self.k.size and self.k[0] > 0 else np.inf
 
     @property
     def lower(self) -> float:  # D(p / sum p)
@@ -54,10 +61,11 @@ def dual_point(W: np.ndarray, p: np.ndarray) -> DualPoint:
     """s(p) and diag X(p) from one r x r eigendecomposition of A(p) = W D_p W^T."""
     k, u = eigh_sym(weighted_gram(W, p), upper=True)
     sq, floor = root_spectrum(k)
+    z = u.T @ W
     # with the floor, g stays finite when A is singular (p too small where range(G) needs it) and
     # the ascent step raises those p_i; such a p yields no upper bound
-    g = (((u.T @ W) ** 2) / np.sqrt(np.maximum(k, floor))[:, None]).sum(axis=0)
-    return DualPoint(p, float(sq.sum()), g, bool(k.min() <= floor))
+    g = ((z**2) / np.sqrt(np.maximum(k, floor))[:, None]).sum(axis=0)
+    return DualPoint(p, float(sq.sum()), g, bool(k.min() <= floor), k, z)
 
 
 class Tracker:
@@ -68,14 +76,15 @@ class Tracker:
         self.p: np.ndarray | None = None
         self.upper = np.inf
         self.primal: tuple[str, np.ndarray, float] | None = None  # ("dual", p, 0) or ("barrier", lam, mu)
+        self.primal_point: DualPoint | None = None  # the dual point behind a ("dual", p) primal, when at hand
 
     def offer_lower(self, value: float, p: np.ndarray) -> None:
         if value > self.lower:
             self.lower, self.p = value, p
 
-    def offer_upper(self, value: float, kind: str, vec: np.ndarray, mu: float = 0.0) -> None:
+    def offer_upper(self, value: float, kind: str, vec: np.ndarray, mu: float = 0.0, point: DualPoint | None = None) -> None:
         if value < self.upper:
-            self.upper, self.primal = value, (kind, vec, mu)
+            self.upper, self.primal, self.primal_point = value, (kind, vec, mu), point
 
     def gap(self) -> float:
         return (self.upper - self.lower) / self.upper if self.upper > 0 else 0.0
@@ -96,7 +105,7 @@ def ascent_step(W: np.ndarray, pt: DualPoint, best: Tracker, counts: dict[str, i
             break
         tau = max(1.0, tau / 2)
     best.offer_lower(cand.lower, cand.p)
-    best.offer_upper(cand.upper, "dual", cand.p)
+    best.offer_upper(cand.upper, "dual", cand.p, point=cand)
     return cand
 
 
