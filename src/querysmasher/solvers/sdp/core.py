@@ -87,8 +87,11 @@ def solve_core(prep: Prepared, target_gap: float, max_iterations: int, time_limi
     def done() -> bool:
         return best.gap() <= target_gap or counts["iterations"] >= max_iterations or time.perf_counter() >= deadline
 
-    # phase 1: multiplicative dual ascent from the uniform p
-    pt = dual_point(W, np.full(n, 1.0 / n))
+    # phase 1: multiplicative dual ascent from p ∝ diag(G) (the optimum when G is diagonal; measured
+    # against the uniform start: one step fewer on Table 4's random and Table 7's mixed views, the
+    # same on affine / abs, one more on the 1-D prefix)
+    start = np.einsum("ij,ij->j", W, W)
+    pt = dual_point(W, start / start.sum())
     counts["factorizations"] += 1
     best.offer_lower(pt.lower, pt.p)
     best.offer_upper(pt.upper, "dual", pt.p, point=pt)
