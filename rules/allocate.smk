@@ -28,7 +28,7 @@ rule allocate:
         f"{R}/{{experiment}}/benchmarks/allocate.tsv"
     group:
         experiment_group
-    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
+    threads: stage_threads_of("allocate")  # one; or, for large dense solutions, its variance report split over forked workers
     resources:
         # what the job holds (querysmasher.pipeline.resources: the solutions, or a whole-workload
         # method's strategy, which plans here); a planner's time is not estimated: 2 hours for those

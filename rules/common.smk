@@ -204,24 +204,31 @@ def decompose_runtime(wildcards, attempt=1):
 _STAGE_RESOURCES = {}
 
 
+def _manifest_of(name):
+    """The manifest of experiment ``name``'s problem (None before its decompose ran), re-read when it changes."""
+    path = f"{layout.problem_dir(EXPERIMENTS[name].problem)}/manifest.json"
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None, None
+    if _MANIFEST_READ.get(path, (None,))[0] != mtime:
+        with open(path) as fh:
+            _MANIFEST_READ[path] = (mtime, json.load(fh))
+    return mtime, _MANIFEST_READ[path][1]
+
+
+_MANIFEST_READ = {}
+
+
 def _stage_estimate(stage, name):
     """querysmasher.pipeline.resources.stage_resources of one experiment's job (its problem's
     manifest read when it exists: the solutions its plan holds), cached per manifest version."""
     from querysmasher.pipeline.resources import stage_resources
 
-    e = EXPERIMENTS[name]
-    path = f"{layout.problem_dir(e.problem)}/manifest.json"
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except FileNotFoundError:
-        mtime = None
+    mtime, manifest = _manifest_of(name)
     key = (stage, name, mtime)
     if key not in _STAGE_RESOURCES:
-        manifest = None
-        if mtime is not None:
-            with open(path) as fh:
-                manifest = json.load(fh)
-        _STAGE_RESOURCES[key] = stage_resources(stage, e, manifest, measured=MEASURED.get(name, False))
+        _STAGE_RESOURCES[key] = stage_resources(stage, EXPERIMENTS[name], manifest, measured=MEASURED.get(name, False))
     return _STAGE_RESOURCES[key]
 
 
@@ -240,14 +247,14 @@ def stage_resource(stage, what, floor=0):
 
 def stage_threads_of(stage):
     """The threads callable of a per-experiment rule (querysmasher.pipeline.resources.stage_threads:
-    evaluate of a large measured experiment splits its views over several; Snakemake lowers it to
-    --cores when fewer are given)."""
+    evaluate of a large measured experiment splits its views over several, allocate the variance
+    report of a plan with large dense solutions; Snakemake lowers it to --cores when fewer are given)."""
 
     def inner(wildcards):
         from querysmasher.pipeline.resources import stage_threads
 
         name = experiment_of(wildcards).name
-        return stage_threads(stage, EXPERIMENTS[name], measured=MEASURED.get(name, False))
+        return stage_threads(stage, EXPERIMENTS[name], _manifest_of(name)[1], measured=MEASURED.get(name, False))
 
     return inner
 

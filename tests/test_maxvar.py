@@ -17,6 +17,7 @@ from querysmasher.errors import InputError
 from querysmasher.maxvar import query_classes
 from querysmasher.measure import measure
 from querysmasher.planning import make_plan
+from querysmasher.variances import view_variances as plan_view_variances
 from querysmasher.planfile import load_plan, save_plan
 from querysmasher.reconstruct import reconstruct
 from querysmasher.schema import parse_schema
@@ -131,6 +132,22 @@ def test_max_variance_is_the_largest_over_every_query(tiny_schema):
     assert value == pytest.approx(max(e.max() for e in every), rel=1e-8)
     assert every[j][i] == pytest.approx(value, rel=1e-8)
     assert len(query_classes(plan.workload)) == 2  # symmetry: one class per term
+
+
+def test_max_variance_split_over_workers_is_the_serial_answer():
+    """Split over two forked workers, the largest variance and where it is are the serial scan's
+    (random views: one class per view; a tie between classes goes to the first, as serially)."""
+    from querysmasher.maxvar import max_variance_of
+    from querysmasher.threads import limited
+
+    plan = make_plan("synthetic:n=3,d=5", "random:2+marginal:1", "qs", BETA1)
+    assert len(query_classes(plan.workload)) > 4
+    serial = max_variance_of(plan)
+    with limited(2):
+        split = max_variance_of(plan)
+    assert split == serial
+    v = plan.workload.views[serial[1]]
+    assert serial[0] == pytest.approx(v.weight * float(plan_view_variances(plan, v)[serial[2]]), rel=1e-12)
 
 
 @pytest.mark.parametrize("method", ["qs", "wff", "rp"])

@@ -139,22 +139,42 @@ def _kron_workload_mb(workload, copies: float) -> float:
 # 20 s on one thread) was the last job of the grid's critical path on many cores
 EVALUATE_QUERIES_PER_THREAD = 100_000_000
 MAX_EVALUATE_THREADS = 8
+ALLOCATE_MB_PER_THREAD = 5000  # solutions' MB per thread of allocate's variance report (about 2 minutes of it)
 
 
-def stage_threads(stage: str, experiment, *, measured: bool = True) -> int:
+def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> int:
     """Threads of one job of ``stage``: evaluate of a measured experiment with more than
     ``EVALUATE_QUERIES_PER_THREAD`` queries splits its views over up to ``MAX_EVALUATE_THREADS``
-    (processes of one BLAS thread); every other job runs on one.
+    (processes of one BLAS thread); allocate splits its per-query variance report the same way when
+    the plan's solutions (its problem's ``manifest``) hold more than ``ALLOCATE_MB_PER_THREAD``
+    (the report reads each dense mechanism once and costs about c^3 per view: 106 s for the 4.5 GB of
+    Table 4's random:1,2 over [30]^40, about 35 minutes for the 37 GB over [50]^40 on one core); every
+    other job runs on one.
 
     >>> from querysmasher.pipeline.config import Experiment
     >>> e = Experiment("x", "s", "synthetic:n=40,d=40", False, "range:1+affine:2+prefix:3", "qs", 1.0, 0, {})
     >>> stage_threads("evaluate", e), stage_threads("measure", e), stage_threads("evaluate", e, measured=False)
     (7, 1, 1)
+    >>> big = {"subproblems": [{"cost": {"result_mb": 18.6}}] * 780}  # random:1,2 over [40]^40, qs
+    >>> stage_threads("allocate", e, big), stage_threads("allocate", e, {"subproblems": []})
+    (4, 1)
     """
+    if stage == "allocate":
+        from ..methods import get_method
+
+        if get_method(experiment.method).whole_workload or experiment.objective != "sum":
+            return 1
+        streamed = SOLUTION_COPIES * sum(_result_mbs(manifest))
+        return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(streamed / ALLOCATE_MB_PER_THREAD))))
     if stage != "evaluate" or not measured:
         return 1
     queries = _workload(experiment).query_count()
     return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(queries / EVALUATE_QUERIES_PER_THREAD))))
+
+
+def _result_mbs(manifest: dict | None) -> list[float]:
+    """The solutions' sizes (MB) a plan over ``manifest``'s subproblems holds, ascending."""
+    return sorted(float(s.get("cost", {}).get("result_mb", 0.0)) for s in (manifest or {}).get("subproblems", []))
 
 
 def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
@@ -176,11 +196,13 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
     if not whole:
         mb += _query_factor_mb(w)
         subs = (manifest or {}).get("subproblems", [])
-        results = sorted(float(s.get("cost", {}).get("result_mb", 0.0)) for s in subs)
+        results = _result_mbs(manifest)
         if stage == "allocate" and experiment.objective == "sum":
-            # the solve files' solutions are read one at a time (cache.StoredSolutions holds the last few)
-            mb += SOLUTION_COPIES * sum(results[-STORED_SOLUTIONS_HELD:])
-            streamed = SOLUTION_COPIES * sum(results)
+            # the solve files' solutions are read one at a time (cache.StoredSolutions holds the last
+            # few), by the job and by each worker its variance report forks
+            workers = stage_threads(stage, experiment, manifest)
+            mb += SOLUTION_COPIES * sum(results[-STORED_SOLUTIONS_HELD:]) * (1 + (workers if workers > 1 else 0))
+            streamed = SOLUTION_COPIES * sum(results) / workers
         else:
             mb += SOLUTION_COPIES * sum(results)
         if stage == "allocate" and experiment.objective != "sum":  # the max objective re-solves every view here
