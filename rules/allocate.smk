@@ -21,6 +21,7 @@ rule allocate:
         budget=lambda wc: experiment_of(wc).budget,
         delta=config["delta"],
         experiment=lambda wc: experiment_of(wc).as_dict(),
+        mechanisms=lambda wc: STORE_MECHANISMS or MEASURED[wc.experiment],  # plan-only: the summary may do
         lib=lambda wc: lib("allocate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/allocate.log",

@@ -84,6 +84,7 @@ RELEASE = bool(config["release"])
 # per experiment: whether measure + reconstruct run (HDMM only where its full data vector fits)
 MEASURED = {name: RELEASE and ok for name, ok in releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
+STORE_MECHANISMS = bool(config["allocate"]["store_mechanisms"])
 
 
 wildcard_constraints:

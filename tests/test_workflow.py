@@ -545,3 +545,34 @@ def test_random_views_stream_from_recipes_to_a_plan_file_equal_to_the_library_on
     assert all(ref.get(k) == "'eigenpairs'" and k not in ours for k in differ if k.endswith("@storage"))
     with h5py.File(tmp_path / "plan.h5") as a, h5py.File(tmp_path / "ref.h5") as b:
         np.testing.assert_allclose(a["views/sigma2"][()], b["views/sigma2"][()], rtol=1e-12)
+
+
+def test_plan_only_summary_file_evaluates_like_the_plan_and_refuses_to_measure(tmp_path, monkeypatch, cli):
+    """allocate with mechanisms=False (allocate.store_mechanisms: false, plan-only experiments)
+    writes the plan's summary alone: evaluate reports the same figures as from the full plan file,
+    the file holds no solution, and measuring it is one input error (exit 2, no output)."""
+    import h5py
+    import pandas as pd
+
+    from querysmasher.pipeline.evaluate import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
+    man = json.loads((tmp_path / "m.json").read_text())
+    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    out = {}
+    for mech in (True, False):
+        plan, js = tmp_path / f"plan-{mech}.h5", tmp_path / f"plan-{mech}.json"
+        steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], plan, js, method="qs", budget=1.0, mechanisms=mech)
+        out[mech] = (json.loads(js.read_text()), evaluate(plan, tmp_path / f"metrics-{mech}.json"))
+    assert out[True][0]["predicted_rmse"] == out[False][0]["predicted_rmse"]
+    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {k: v for k, v in out[False][1].items() if k != "phases"}
+    with h5py.File(tmp_path / "plan-False.h5") as f:
+        assert f.attrs["kind"] == "plan-summary" and "solutions" not in f
+    data = tmp_path / "d.csv"
+    pd.DataFrame(np.random.default_rng(0).integers(0, 6, (50, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    r = cli("measure", "--plan", tmp_path / "plan-False.h5", "--data", data, "--out", tmp_path / "meas.h5")
+    assert r.returncode == 2 and "without its mechanisms" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "meas.h5").exists()

@@ -20,7 +20,12 @@ from .errors import InputError
 from .io import read_kind
 from .plankinds import PLAN_KINDS, kind_of
 
-__all__ = ["file_kind_of", "is_plan", "save_any_plan", "load_any_plan"]
+__all__ = ["file_kind_of", "is_plan", "save_any_plan", "load_any_plan", "SUMMARY_KIND", "save_plan_summary", "read_plan_summary"]
+
+# A plan's summary without its mechanisms: what a plan-only experiment keeps when its mechanisms
+# would be too big to store twice (solve files and plan; Table 4's random:1,2 over [50]^40 holds
+# 37 GB of dense mechanisms that no plan-only stage reads). It cannot be measured.
+SUMMARY_KIND = "plan-summary"
 
 
 def file_kind_of(path: str | Path) -> str:
@@ -28,9 +33,48 @@ def file_kind_of(path: str | Path) -> str:
     if not Path(path).is_file():
         raise InputError("plan file", str(path), "does not exist")
     kind = read_kind(path)
+    if kind == SUMMARY_KIND:
+        raise InputError("plan file", str(path), "holds a plan's summary without its mechanisms (written by a plan-only "
+                         "experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure")
     if kind not in PLAN_KINDS:
         raise InputError("plan file", str(path), f"holds a {kind!r}, not a plan")
     return kind
+
+
+def save_plan_summary(plan, path: str | Path) -> None:
+    """Write the summary of a plan of any kind (``plan.summary()``: predicted errors, certificate,
+    privacy, notes) as a file of kind ``plan-summary``, without the mechanisms.
+
+    >>> import tempfile, os
+    >>> from querysmasher.planning import make_plan
+    >>> path = os.path.join(tempfile.mkdtemp(), "plan.h5")
+    >>> save_plan_summary(make_plan("synthetic:n=4,d=3", "prefix:1,2", "qs"), path)
+    >>> round(read_plan_summary(path)["rmse"], 4) > 0
+    True
+    >>> load_any_plan(path)
+    Traceback (most recent call last):
+    ...
+    querysmasher.errors.InputError: plan file '...plan.h5': holds a plan's summary without its mechanisms (written by a plan-only experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure
+    """
+    from .io import atomic_h5, put_json
+
+    kind_of(plan)  # a plan record, whichever kind
+    with atomic_h5(path, kind=SUMMARY_KIND) as f:
+        put_json(f, "summary", plan.summary())
+        f.attrs["method"] = plan.method
+
+
+def read_plan_summary(path: str | Path) -> dict:
+    """The summary stored at planning in a plan file of any kind, or in a plan-summary file."""
+    from .io import get_json, open_h5
+
+    if not Path(path).is_file():
+        raise InputError("plan file", str(path), "does not exist")
+    kind = read_kind(path)
+    if kind != SUMMARY_KIND:
+        kind = file_kind_of(path)
+    with open_h5(path, kind) as f:
+        return get_json(f, "summary")
 
 
 def is_plan(obj) -> bool:

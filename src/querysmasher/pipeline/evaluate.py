@@ -62,12 +62,9 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
     whose answers carry variances), phase times and peak memory (Snakemake benchmark files; the
     solve phase sums every solve file the experiment uses, shared ones included). Plans of every
     kind (:mod:`querysmasher.planfiles`)."""
-    from ..io import get_json, open_h5
-    from ..planfiles import file_kind_of, load_any_plan
+    from ..planfiles import load_any_plan, read_plan_summary
 
-    kind = file_kind_of(plan_path)
-    with open_h5(plan_path, kind) as f:  # the summary stored at planning: nothing re-derived here
-        s = get_json(f, "summary")
+    s = read_plan_summary(plan_path)  # the summary stored at planning: nothing re-derived here
     m = dict(experiment or {})
     m.update({
         "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s.get("residual_views"),

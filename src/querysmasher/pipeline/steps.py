@@ -223,14 +223,16 @@ def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget
 def allocate_to_files(
     workload_path, decomposition_path, solve_paths, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None,
     objective: str = "sum", neighbours: str = "add-remove", options: dict | None = None, experiment: dict | None = None,
+    mechanisms: bool = True,
 ) -> dict:
-    """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind) and
+    """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind; with
+    ``mechanisms=False``, for plan-only experiments, its summary alone: :func:`querysmasher.planfiles.save_plan_summary`) and
     ``plan.json`` (predicted RMSE, certified bound when every view is certified, privacy as beta,
     rho-zCDP, mu-GDP and (epsilon, delta), whether it can be measured). Per-view methods with the
     sum objective allocate over the solutions of the solve jobs; whole-workload methods and the max
     objective (which re-solves the views under its own query weights) plan here, through
     :func:`querysmasher.planning.make_plan`."""
-    from ..planfiles import save_any_plan
+    from ..planfiles import save_any_plan, save_plan_summary
     from ..planning import make_plan
 
     w = read_workload_file(workload_path)
@@ -241,7 +243,7 @@ def allocate_to_files(
     else:
         m.check(objective=objective, neighbours=b.neighbours)
         plan = _assemble_from_files(w, decomposition_path, solve_paths, method, b)
-    save_any_plan(plan, plan_path)
+    (save_any_plan if mechanisms else save_plan_summary)(plan, plan_path)
     summary = plan.summary()
     summary.update(experiment or {})
     summary["predicted_rmse"] = plan.rmse
