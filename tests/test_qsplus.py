@@ -73,12 +73,16 @@ def test_objective_and_gradient_match_the_full_domain(schema, workload, tie, ske
     assert fd == pytest.approx(float(np.sum(ev.grads[0] * d)), rel=1e-5)
 
 
-def test_the_folded_qs_start_is_the_qs_objective():
-    s = parse_schema("synthetic:n=4,d=3")
-    w = parse_workload("range:1+affine:2+prefix:3", s)
+def _qs_start(schema: str, workload: str):
+    """(qs plan, marginal problem, its start from the qs plan (factors, shares, tau))."""
+    w = parse_workload(workload, parse_schema(schema))
     qs = _qs(w)
     pr = build_problem(w, qs)
-    f, t, tau = start_from_residual_plan(pr, qs)
+    return qs, pr, start_from_residual_plan(pr, qs)
+
+
+def test_the_folded_qs_start_is_the_qs_objective():
+    qs, pr, (f, t, tau) = _qs_start("synthetic:n=4,d=3", "range:1+affine:2+prefix:3")
     obj, low = certificate(pr, f, t, tau)
     assert obj <= qs.total_variance * (1 + 1e-6)
     assert obj == pytest.approx(qs.total_variance, rel=1e-3)  # below only by the free diagonal fill
@@ -298,11 +302,7 @@ def test_the_time_budget_holds_inside_a_round(monkeypatch):
             return self.now
 
     clock = Clock()
-    s = parse_schema("synthetic:n=4,d=3")
-    w = parse_workload("range:1+affine:2+prefix:3", s)
-    qs = _qs(w)
-    pr = build_problem(w, qs)
-    f, t, tau = start_from_residual_plan(pr, qs)
+    _, pr, (f, t, tau) = _qs_start("synthetic:n=4,d=3", "range:1+affine:2+prefix:3")
     start, _ = certificate(pr, f, t, tau)
     monkeypatch.setattr(optimize, "time", clock)
     started = []  # the clock at the start of each evaluation
