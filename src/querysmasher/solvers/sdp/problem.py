@@ -97,11 +97,10 @@ def prepare(G: np.ndarray) -> Prepared:
 
 def weighted_gram(W: np.ndarray, p: np.ndarray) -> np.ndarray:
     """W D_p W^T (upper triangle) for p >= 0 by one symmetric rank-k update: half a general product."""
-    a = W * np.sqrt(p).astype(W.dtype, copy=False)
+    a = W * np.sqrt(p)
     if a.shape[0] == 0:
-        return np.zeros((0, 0), dtype=W.dtype)
-    syrk = sla.blas.get_blas_funcs("syrk", (a,))  # dsyrk, or ssyrk for the float32 steering steps
-    return syrk(1.0, a.T, trans=1, lower=0)  # a.T is Fortran-ordered: read in place
+        return np.zeros((0, 0))
+    return sla.blas.dsyrk(1.0, a.T, trans=1, lower=0)  # a.T is Fortran-ordered: read in place
 
 
 def root_spectrum(k: np.ndarray) -> tuple[np.ndarray, float]:
@@ -113,7 +112,7 @@ def root_spectrum(k: np.ndarray) -> tuple[np.ndarray, float]:
     for the eigenvalues that are exactly 0. Lowering every eigenvalue by e before the root keeps
     s(p), hence the dual bound, below its exact value.
     """
-    floor = k.size * float(np.finfo(k.dtype).eps) * max(float(k.max(initial=0.0)), 0.0)
+    floor = k.size * EPS * max(float(k.max(initial=0.0)), 0.0)
     return np.sqrt(np.maximum(k - floor, 0.0)), floor
 
 
