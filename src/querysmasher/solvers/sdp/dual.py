@@ -44,11 +44,6 @@ class DualPoint:
     z: np.ndarray  # U^T W: X(p) = (z / k^¼)^T (z / k^¼), with no further eigendecomposition
 
     @property
-    def condition(self) -> float:
-        """max k / min k (inf when A(p) is singular)."""
-        return float(self.k[-1] / self.k[0]) if self.k.size and self.k[0] > 0 else np.inf
-
-    @property
     def lower(self) -> float:  # D(p / sum p)
         return self.s * self.s / float(self.p.sum())
 
