@@ -7,7 +7,8 @@ wall time, the path the solver took and its certified gap.
 (``--random-pair N``: the top residual of one ``random:2`` view over [N]^2, Table 4's random cells.)
 
 Run it once per thread count, one after the other on an otherwise idle machine, to see whether a
-solve job would go faster with more threads.
+solve job would go faster with more threads; the CPU seconds compare two versions of the solver
+fairly even beside other work (run each version's tree alternately, with PYTHONPATH=TREE/src).
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def main() -> None:
     else:
         ap.error("give a subproblem file or --random-pair N")
     solver = get_method(args.method).build()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     sol = solver.solve(gram, store)
-    print(f"{key}: {gram.cells} cells, {args.threads} thread(s), {time.perf_counter() - t0:.2f} s, {sol.solver}, gap {sol.gap:.1e}")
+    print(f"{key}: {gram.cells} cells, {args.threads} thread(s), {time.perf_counter() - t0:.2f} s ({time.process_time() - c0:.2f} s CPU), "
+          f"{sol.solver}, gap {sol.gap:.1e}, loss {sol.loss:.8g}")
 
 
 if __name__ == "__main__":
