@@ -36,8 +36,9 @@ Phase 1: over-relaxed multiplicative dual ascent
 p_i <- p_i (X(p)_ii / s(p))^tau, normalised. grad s(p) = diag(X(p)) / 2 and sum_i p_i X(p)_ii = s,
 so this is exponentiated gradient ascent whose fixed points are the KKT points above; tau = 1 is
 the classical multiplicative update. tau = 3 (over-relaxation) roughly halves the iterations on
-the interior cases measured here (4 starts to oscillate); it is halved, down to 1, while a step
-would decrease D(p). When the dual optimum is interior (prefix/range Grams, mixed Grams with a
+the interior cases measured here (4 starts to oscillate); from the second step on, tau is the
+Barzilai-Borwein length of the last step clipped to [1, 3] (random views want ~2: 5 -> 2 steps);
+it is halved, down to 1, while a step would decrease D(p). When the dual optimum is interior (prefix/range Grams, mixed Grams with a
 full-rank Kronecker term) this converges linearly and X(p) certifies the optimum; it costs one
 r x r eigendecomposition per iteration.
 

@@ -204,8 +204,9 @@ def barrier_phase(
         # lower bound about n mu: a few multiplicative steps remove most of it (O(r^2 n) each)
         pt = dual_point(W, b.lam / b.lam.sum())
         counts["factorizations"] += 1
+        prev = None
         for _ in range(POLISH_STEPS):
-            pt = ascent_step(W, pt, best, counts)
+            prev, pt = pt, ascent_step(W, pt, best, counts, prev)
         logger.debug(
             "phase 2: iteration %d, mu %.2e, gap %.3e, %.2f s (%d Hessian products so far)",
             counts["iterations"], b.mu, best.gap(), time.perf_counter() - t0, counts.get("hessian_products", 0),

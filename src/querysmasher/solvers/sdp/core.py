@@ -108,10 +108,11 @@ def solve_core(prep: Prepared, target_gap: float, max_iterations: int, time_limi
     newton_flops = matrix_free_newton if matrix_free else dense_newton
     newton_budget = _NEWTON_STEPS_EXPECTED * (newton_flops + (POLISH_STEPS + 2) * step_flops) / step_flops
     history = [best.gap()]
+    prev = None
     while not done():
         if use_newton and phase1_should_stop(history, target_gap, newton_budget, PHASE1_MAX_MATRIX_FREE if matrix_free else PHASE1_MAX_BEFORE_SWITCH):
             break
-        pt = ascent_step(W, pt, best, counts)
+        prev, pt = pt, ascent_step(W, pt, best, counts, prev)
         counts["iterations"] += 1
         history.append(best.gap())
         if counts["iterations"] % 10 == 0:
