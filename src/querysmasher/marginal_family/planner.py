@@ -33,6 +33,7 @@ from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
 from . import symmetric
+from .symmetric_dual import whole_family_bound
 from .optimize import DEFAULT_TARGET_GAP, JITTER, Solution, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem
 
@@ -205,7 +206,7 @@ def plan(
         if why and how == "symmetric":
             raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
         if not why:
-            reduced, restricted = _symmetric_solution(problem)
+            reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=max_seconds)
             if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
                 exact, _ = _symmetric_solution(problem, solver="CLARABEL")  # SCS missed the target: the interior point method
                 low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
@@ -256,10 +257,14 @@ def plan(
     return out
 
 
-def _symmetric_solution(problem: MarginalProblem, solver: str | None = None) -> tuple[Solution, bool]:
+def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, target_gap: float = DEFAULT_TARGET_GAP,
+                        max_seconds: float | None = None) -> tuple[Solution, bool]:
     """The optimum of :mod:`.symmetric`'s reduced SDP (by ``solver``, None: its default) as a
     :class:`~.optimize.Solution`: its pair Gram with the cell diagonal filled up to the cost (never a
-    higher objective), evaluated exactly; and whether the reduction was restricted."""
+    higher objective), evaluated exactly; and whether the reduction was restricted. A restricted
+    point is certified over the whole family by :func:`.symmetric_dual.whole_family_bound` (to
+    ``target_gap``, within ``max_seconds`` less the solve's time)."""
+    t0 = time.perf_counter()
     red = symmetric.solve_symmetric(problem, solver=solver)
     m = len(problem.views)
     filled = red.gram + np.diag(1.0 - np.diag(red.gram))
@@ -282,7 +287,10 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None) -> 
     factor = np.linalg.cholesky(c)
     shares = np.array([1.0 / m])
     low = min(red.lower_bound, f)
-    return Solution([factor], shares, 0.0, f, low, 0, red.seconds, [(0, f, low)]), red.restricted
+    if red.restricted and (f - low) > target_gap * f:
+        left = None if max_seconds is None else max(max_seconds - (time.perf_counter() - t0), 0.0)
+        low = max(low, whole_family_bound(problem, c, objective=f, target_gap=target_gap, max_seconds=left))
+    return Solution([factor], shares, 0.0, f, low, 0, time.perf_counter() - t0, [(0, f, low)]), red.restricted
 
 
 def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:

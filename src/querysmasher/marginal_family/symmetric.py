@@ -46,7 +46,7 @@ from .problem import MarginalProblem, workload_residual_gram
 
 log = logging.getLogger(__name__)
 
-__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "MAX_CELLS"]
+__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "PairReduction", "pair_share_gram", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
@@ -96,7 +96,7 @@ class SymmetricSolution:
     restricted: bool = False
 
 
-class _Reduction:
+class PairReduction:
     """The coordinates of one pair view and the isotypic block maps (module docstring).
 
     Pair residual coordinates (row-major (j1, j2), j = 0 the constant) are reordered into the swap-even
@@ -244,7 +244,8 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     stay whole), so the blocks have ~ 3 n coordinates instead of ~ n^2 / 2 (None: when the pair
     has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
     family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
-    then lives on the restricted space and its bound over the whole family is loose. ``solver``:
+    then lives on the restricted space and its bound over the whole family is loose (the planner
+    certifies such a point by :func:`.symmetric_dual.whole_family_bound`). ``solver``:
     a cvxpy solver (None: SCS, its tolerances by size as measured above :data:`SCS_OPTIONS`; the
     planner retries pairs of at most :data:`INTERIOR_MAX_CELLS` cells with "CLARABEL" when SCS's
     certificate misses its target; beyond, the interior point method's dense cone scalings outgrow
@@ -265,7 +266,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         rows = np.arange(n * n).reshape(n, n)[1:, 1:].ravel()
         w, vec = np.linalg.eigh(gp[np.ix_(rows, rows)])
         top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
-    red = _Reduction(n, d, top)
+    red = PairReduction(n, d, top)
     if solver is None:
         solver = "SCS"
         if solver_options is None:
