@@ -22,6 +22,7 @@ rule allocate:
         delta=config["delta"],
         experiment=lambda wc: experiment_of(wc).as_dict(),
         mechanisms=lambda wc: STORE_MECHANISMS or MEASURED[wc.experiment],  # plan-only: the summary may do
+        max_variance=REPORT_MAX_VARIANCE,
         lib=lambda wc: lib("allocate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/allocate.log",

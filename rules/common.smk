@@ -85,6 +85,7 @@ RELEASE = bool(config["release"])
 MEASURED = {name: RELEASE and ok for name, ok in releasable_experiments(EXPERIMENTS).items()}
 CSV_TABLES = bool(config["reconstruct"]["csv"])
 STORE_MECHANISMS = bool(config["allocate"]["store_mechanisms"])
+REPORT_MAX_VARIANCE = bool(config["allocate"]["max_variance"])
 
 
 wildcard_constraints:

@@ -576,3 +576,29 @@ def test_plan_only_summary_file_evaluates_like_the_plan_and_refuses_to_measure(t
     r = cli("measure", "--plan", tmp_path / "plan-False.h5", "--data", data, "--out", tmp_path / "meas.h5")
     assert r.returncode == 2 and "without its mechanisms" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "meas.h5").exists()
+
+
+def test_plan_only_summary_without_the_max_variance_report(tmp_path, monkeypatch):
+    """allocate.max_variance: false (with store_mechanisms: false): the summary leaves the largest
+    query variance out and never computes it; the other figures, and evaluate's, are unchanged."""
+    from querysmasher import maxvar
+    from querysmasher.pipeline.evaluate import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
+    man = json.loads((tmp_path / "m.json").read_text())
+    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    out = {}
+    for report in (True, False):
+        if not report:
+            monkeypatch.setattr(maxvar, "max_variance_of", lambda plan: pytest.fail("the report ran"))
+        plan, js = tmp_path / f"plan-{report}.h5", tmp_path / f"plan-{report}.json"
+        steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], plan, js, method="qs", budget=1.0, mechanisms=False,
+                                max_variance=report)
+        out[report] = (json.loads(js.read_text()), evaluate(plan, tmp_path / f"metrics-{report}.json"))
+    assert "max_variance" in out[True][0] and "max_variance" not in out[False][0] and "max_variance_query" not in out[False][0]
+    assert {k: v for k, v in out[True][0].items() if not k.startswith(("max_variance", "seconds", "phase_seconds"))} == {
+        k: v for k, v in out[False][0].items() if not k.startswith(("seconds", "phase_seconds"))}
+    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {k: v for k, v in out[False][1].items() if k != "phases"}

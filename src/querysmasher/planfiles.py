@@ -41,9 +41,10 @@ def file_kind_of(path: str | Path) -> str:
     return kind
 
 
-def save_plan_summary(plan, path: str | Path) -> None:
-    """Write the summary of a plan of any kind (``plan.summary()``: predicted errors, certificate,
-    privacy, notes) as a file of kind ``plan-summary``, without the mechanisms.
+def save_plan_summary(plan, path: str | Path, summary: dict | None = None) -> None:
+    """Write the summary of a plan of any kind (``plan.summary()``, or ``summary`` when the caller
+    has it: predicted errors, certificate, privacy, notes) as a file of kind ``plan-summary``,
+    without the mechanisms.
 
     >>> import tempfile, os
     >>> from querysmasher.planning import make_plan
@@ -60,7 +61,7 @@ def save_plan_summary(plan, path: str | Path) -> None:
 
     kind_of(plan)  # a plan record, whichever kind
     with atomic_h5(path, kind=SUMMARY_KIND) as f:
-        put_json(f, "summary", plan.summary())
+        put_json(f, "summary", plan.summary() if summary is None else summary)
         f.attrs["method"] = plan.method
 
 

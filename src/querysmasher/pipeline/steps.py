@@ -223,7 +223,7 @@ def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget
 def allocate_to_files(
     workload_path, decomposition_path, solve_paths, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None,
     objective: str = "sum", neighbours: str = "add-remove", options: dict | None = None, experiment: dict | None = None,
-    mechanisms: bool = True,
+    mechanisms: bool = True, max_variance: bool = True,
 ) -> dict:
     """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind; with
     ``mechanisms=False``, for plan-only experiments, its summary alone: :func:`querysmasher.planfiles.save_plan_summary`) and
@@ -231,7 +231,9 @@ def allocate_to_files(
     rho-zCDP, mu-GDP and (epsilon, delta), whether it can be measured). Per-view methods with the
     sum objective allocate over the solutions of the solve jobs; whole-workload methods and the max
     objective (which re-solves the views under its own query weights) plan here, through
-    :func:`querysmasher.planning.make_plan`."""
+    :func:`querysmasher.planning.make_plan`. ``max_variance=False`` (with ``mechanisms=False``)
+    leaves the largest query variance out of a residual plan's summary (:meth:`querysmasher.plan.Plan.summary`)."""
+    from ..plan import Plan
     from ..planfiles import save_any_plan, save_plan_summary
     from ..planning import make_plan
 
@@ -243,8 +245,12 @@ def allocate_to_files(
     else:
         m.check(objective=objective, neighbours=b.neighbours)
         plan = _assemble_from_files(w, decomposition_path, solve_paths, method, b)
-    (save_any_plan if mechanisms else save_plan_summary)(plan, plan_path)
-    summary = plan.summary()
+    if mechanisms:
+        save_any_plan(plan, plan_path)
+        summary = plan.summary()
+    else:
+        summary = plan.summary(max_variance=False) if not max_variance and isinstance(plan, Plan) else plan.summary()
+        save_plan_summary(plan, plan_path, dict(summary))
     summary.update(experiment or {})
     summary["predicted_rmse"] = plan.rmse
     summary["certified"] = bool(getattr(plan, "certified", False))
