@@ -547,6 +547,16 @@ def test_random_views_stream_from_recipes_to_a_plan_file_equal_to_the_library_on
         np.testing.assert_allclose(a["views/sigma2"][()], b["views/sigma2"][()], rtol=1e-12)
 
 
+def _random_row_solved(tmp_path):
+    """random:1,2 over [6]^3 written, decomposed and solved by qs into tmp_path (w.h5, d.json, s.h5)."""
+    wpath = tmp_path / "w.h5"
+    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
+    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
+    man = json.loads((tmp_path / "m.json").read_text())
+    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    return wpath
+
+
 def test_plan_only_summary_file_evaluates_like_the_plan_and_refuses_to_measure(tmp_path, monkeypatch, cli):
     """allocate with mechanisms=False (allocate.store_mechanisms: false, plan-only experiments)
     writes the plan's summary alone: evaluate reports the same figures as from the full plan file,
@@ -557,11 +567,7 @@ def test_plan_only_summary_file_evaluates_like_the_plan_and_refuses_to_measure(t
     from querysmasher.pipeline.evaluate import evaluate
 
     monkeypatch.chdir(tmp_path)
-    wpath = tmp_path / "w.h5"
-    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
-    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
-    man = json.loads((tmp_path / "m.json").read_text())
-    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    wpath = _random_row_solved(tmp_path)
     out = {}
     for mech in (True, False):
         plan, js = tmp_path / f"plan-{mech}.h5", tmp_path / f"plan-{mech}.json"
@@ -585,11 +591,7 @@ def test_plan_only_summary_without_the_max_variance_report(tmp_path, monkeypatch
     from querysmasher.pipeline.evaluate import evaluate
 
     monkeypatch.chdir(tmp_path)
-    wpath = tmp_path / "w.h5"
-    steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
-    steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
-    man = json.loads((tmp_path / "m.json").read_text())
-    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    wpath = _random_row_solved(tmp_path)
     out = {}
     for report in (True, False):
         if not report:
