@@ -16,8 +16,8 @@ Runtime requests (minutes) must cover the measured seconds.
     python bench/requests.py WORKDIR --check              # exit 1 when a job is outside the band
     python bench/requests.py WORKDIR --recompute config/paper/table4.yaml   # today's estimates instead
 
-``--recompute CONFIG`` (run from the repo root with ``PYTHONPATH=src``; CONFIG merged over
-``config/config.yaml`` as Snakemake does) replaces the logged request of every per-experiment,
+``--recompute CONFIG [CONFIG ...]`` (run from the repo root with ``PYTHONPATH=src``; the CONFIGs
+layered over ``config/config.yaml`` in order, as Snakemake's ``--configfile`` does) replaces the logged request of every per-experiment,
 decompose and whole-grid job by what the current code estimates for it
 (``querysmasher.pipeline.resources``, ``cache.decompose_mem_mb``, with the run's manifests), so
 estimates changed after a run can be checked against its measured peaks without running it again;
@@ -27,7 +27,8 @@ It prints per rule: jobs, measured peak (min-max), requested mem_mb (min-max), t
 largest ratio requested / peak, the jobs under their peak and the jobs above 3 x peak + 500 MB,
 and the largest measured seconds against the smallest runtime request; then the worst job overall.
 Jobs without a benchmark file (rules without a ``benchmark:`` directive, e.g. ``all``) are counted
-as "unmeasured".
+as "unmeasured", and so are jobs whose recorded peak is below :data:`UNSAMPLED_MB` (a job that
+ended before Snakemake's first sample of its process: it records a few MB).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ from pathlib import Path
 
 BAND_FACTOR = 3.0
 BAND_SLACK_MB = 500.0
+# below this a benchmark's max_rss is not the job's process: Python importing numpy alone holds 28 MB
+# (measured, `/usr/bin/time python -c "import numpy"`); Table 4's n = 50 circular allocates ran 0.2-0.5 s
+# and recorded 0-3 MB
+UNSAMPLED_MB = 20.0
 
 _HEAD = re.compile(r"^(?:local)?(?:rule|checkpoint) (\S+):$")
 _FIELD = re.compile(r"^\s{4}(\w+): (.*)$")
@@ -59,18 +64,24 @@ class Job:
     seconds: float | None = None
 
     @property
+    def sampled(self) -> bool:
+        """Whether the benchmark caught the job's process: a peak below :data:`UNSAMPLED_MB` is a
+        sample taken before (or after) the Python process that does the work."""
+        return self.peak_mb is not None and self.peak_mb >= UNSAMPLED_MB
+
+    @property
     def ratio(self) -> float | None:
-        if self.mem_mb is None or not self.peak_mb:
+        if self.mem_mb is None or not self.sampled:
             return None
         return self.mem_mb / self.peak_mb
 
     @property
     def under(self) -> bool:
-        return self.peak_mb is not None and self.mem_mb is not None and self.mem_mb < self.peak_mb
+        return self.sampled and self.mem_mb is not None and self.mem_mb < self.peak_mb
 
     @property
     def over(self) -> bool:
-        return self.peak_mb is not None and self.mem_mb is not None and self.mem_mb > BAND_FACTOR * self.peak_mb + BAND_SLACK_MB
+        return self.sampled and self.mem_mb is not None and self.mem_mb > BAND_FACTOR * self.peak_mb + BAND_SLACK_MB
 
     @property
     def short_runtime(self) -> bool:
@@ -156,20 +167,22 @@ def collect(logs: list[Path], workdir: Path) -> list[Job]:
     return list(by_bench.values()) + unmeasured
 
 
-def _merged_config(path: str) -> dict:
+def _merged_config(paths: list[str]) -> dict:
+    """config/config.yaml with ``paths`` layered over it in order (as Snakemake's --configfile)."""
     import yaml
 
     base = yaml.safe_load(Path("config/config.yaml").read_text())
-    over = yaml.safe_load(Path(path).read_text()) or {}
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            base[k] = {**base[k], **v}
-        else:
-            base[k] = v
+    for path in paths:
+        over = yaml.safe_load(Path(path).read_text()) or {}
+        for k, v in over.items():
+            if isinstance(v, dict) and isinstance(base.get(k), dict):
+                base[k] = {**base[k], **v}
+            else:
+                base[k] = v
     return base
 
 
-def recompute(jobs: list[Job], config_path: str, workdir: Path) -> int:
+def recompute(jobs: list[Job], config_paths: list[str], workdir: Path) -> int:
     """Replace the logged mem_mb of the jobs the current estimates cover; returns how many."""
     import json
 
@@ -180,7 +193,7 @@ def recompute(jobs: list[Job], config_path: str, workdir: Path) -> int:
     from querysmasher.pipeline.layout import problem_dir
     from querysmasher.pipeline.resources import grid_resources, stage_resources
 
-    config = _merged_config(config_path)
+    config = _merged_config(config_paths)
     validate(config, str(Path("config/schema.yaml").resolve()))
     experiments, _ = set_aside_unsupported(check_config(config), config["unsupported"])
     measured = {n: bool(config["release"]) and ok for n, ok in releasable_experiments(experiments).items()}
@@ -195,7 +208,8 @@ def recompute(jobs: list[Job], config_path: str, workdir: Path) -> int:
             e = experiments[wc["experiment"]]
             mpath = workdir / problem_dir(e.problem) / "manifest.json"
             manifest = json.loads(mpath.read_text()) if mpath.exists() else None
-            est = stage_resources(j.rule, e, manifest, measured=measured[e.name])["mem_mb"]
+            report = bool(config["allocate"]["max_variance"] or config["allocate"]["store_mechanisms"] or measured[e.name])
+            est = stage_resources(j.rule, e, manifest, measured=measured[e.name], max_variance=report)["mem_mb"]
         elif j.rule == "decompose" and wc.get("problem") in problems:
             est = decompose_mem_mb(problems[wc["problem"]])
         elif j.rule in ("aggregate", "paper_table"):
@@ -265,7 +279,7 @@ def main(argv=None) -> int:
     ap.add_argument("--all-logs", action="store_true", help="every log of WORKDIR/.snakemake/log, oldest first")
     ap.add_argument("--jobs", action="store_true", help="one line per job")
     ap.add_argument("--check", action="store_true", help="exit 1 when a job is outside the band")
-    ap.add_argument("--recompute", metavar="CONFIG", help="today's estimates for the run's jobs of CONFIG (from the repo root)")
+    ap.add_argument("--recompute", metavar="CONFIG", nargs="+", help="today's estimates for the run's jobs of CONFIG (several: layered in order; from the repo root)")
     args = ap.parse_args(argv)
     workdir = Path(args.chdir or args.workdir)
     logs = [Path(p) for p in args.log]

@@ -88,6 +88,12 @@ STORE_MECHANISMS = bool(config["allocate"]["store_mechanisms"])
 REPORT_MAX_VARIANCE = bool(config["allocate"]["max_variance"])
 
 
+def reports_max_variance(name):
+    """Whether experiment ``name``'s allocate reports the largest query variance (left out only of a
+    plan-only summary under allocate.max_variance: false)."""
+    return REPORT_MAX_VARIANCE or STORE_MECHANISMS or MEASURED.get(name, False)
+
+
 wildcard_constraints:
     experiment=r"[^/]+__[^/]+__[^/]+__[^/]+__seed\d+(?:__max)?",
     problem=r"[^/]+__[^/]+__[^/]+",
@@ -230,7 +236,8 @@ def _stage_estimate(stage, name):
     mtime, manifest = _manifest_of(name)
     key = (stage, name, mtime)
     if key not in _STAGE_RESOURCES:
-        _STAGE_RESOURCES[key] = stage_resources(stage, EXPERIMENTS[name], manifest, measured=MEASURED.get(name, False))
+        _STAGE_RESOURCES[key] = stage_resources(stage, EXPERIMENTS[name], manifest, measured=MEASURED.get(name, False),
+                                                max_variance=reports_max_variance(name))
     return _STAGE_RESOURCES[key]
 
 
@@ -256,7 +263,8 @@ def stage_threads_of(stage):
         from querysmasher.pipeline.resources import stage_threads
 
         name = experiment_of(wildcards).name
-        return stage_threads(stage, EXPERIMENTS[name], _manifest_of(name)[1], measured=MEASURED.get(name, False))
+        return stage_threads(stage, EXPERIMENTS[name], _manifest_of(name)[1], measured=MEASURED.get(name, False),
+                             max_variance=reports_max_variance(name))
 
     return inner
 

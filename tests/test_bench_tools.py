@@ -122,3 +122,14 @@ def test_startup_workflow_has_one_job_per_kind_and_index(tmp_path):
     assert "from querysmasher.pipeline import steps" in startup.KINDS["stage"]
     split = startup.import_split(1)
     assert split["querysmasher"] > 0 and split["numpy"] > 0 and "scipy" not in split
+
+
+def test_requests_band_sets_aside_jobs_their_benchmark_did_not_sample():
+    """bench/requests.py: a job that ended before Snakemake's first RSS sample records a few MB; it
+    is unmeasured, not "outside the band"; a sampled job above 3 x peak + 500 MB is."""
+    req = _bench("requests")
+    unsampled = req.Job("allocate", "b.tsv", 591.0, 10.0, peak_mb=3.0, seconds=0.2)
+    over = req.Job("allocate", "b.tsv", 4835.0, 84.0, peak_mb=346.0, seconds=306.8)
+    fits = req.Job("allocate", "b.tsv", 1021.0, 84.0, peak_mb=346.0, seconds=306.8)
+    assert unsampled.ratio is None and not unsampled.over and not unsampled.under
+    assert over.over and not fits.over and not fits.under

@@ -143,3 +143,17 @@ def test_a_whole_workload_allocate_does_not_hold_the_data_vector():
     measure = resources.stage_resources("measure", e, measured=True)["mem_mb"]
     assert alloc < measure
     assert measure - alloc >= resources.FULL_DOMAIN_BYTES * min(10**8, 10**7) / 2**20 - 200
+
+
+def test_an_allocate_without_the_max_variance_report_asks_for_one_thread_and_less_memory():
+    """The per-query variance report forks workers over large dense solutions; an allocate that
+    leaves it out (allocate.max_variance: false) asks for one thread and for the solutions it holds
+    alone (the n = 50 random row asked for 4,835 MB and used 346 MB)."""
+    e = Experiment("x", "s", "synthetic:n=40,d=40", False, "random:1,2", "qs", 1.0, 0, {})
+    big = {"subproblems": [{"cost": {"result_mb": 48.0}}] * 780}  # 780 dense 2,500-cell solutions
+    assert resources.stage_threads("allocate", e, big) > 1
+    assert resources.stage_threads("allocate", e, big, max_variance=False) == 1
+    with_report = resources.stage_resources("allocate", e, big)["mem_mb"]
+    without = resources.stage_resources("allocate", e, big, max_variance=False)["mem_mb"]
+    assert without < with_report / 2
+    assert without >= cache.BASE_MEM_MB + 4 * 48.0  # still the solutions it holds at once

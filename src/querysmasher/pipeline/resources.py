@@ -142,13 +142,14 @@ MAX_EVALUATE_THREADS = 8
 ALLOCATE_MB_PER_THREAD = 5000  # solutions' MB per thread of allocate's variance report (about 2 minutes of it)
 
 
-def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> int:
+def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True) -> int:
     """Threads of one job of ``stage``: evaluate of a measured experiment with more than
     ``EVALUATE_QUERIES_PER_THREAD`` queries splits its views over up to ``MAX_EVALUATE_THREADS``
     (processes of one BLAS thread); allocate splits its per-query variance report the same way when
     the plan's solutions (its problem's ``manifest``) hold more than ``ALLOCATE_MB_PER_THREAD``
     (the report reads each dense mechanism once and costs about c^3 per view: 106 s for the 4.5 GB of
-    Table 4's random:1,2 over [30]^40, about 35 minutes for the 37 GB over [50]^40 on one core); every
+    Table 4's random:1,2 over [30]^40, about 35 minutes for the 37 GB over [50]^40 on one core;
+    ``max_variance=False``: the job leaves that report out, ``allocate.max_variance: false``); every
     other job runs on one.
 
     >>> from querysmasher.pipeline.config import Experiment
@@ -162,7 +163,7 @@ def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measu
     if stage == "allocate":
         from ..methods import get_method
 
-        if get_method(experiment.method).whole_workload or experiment.objective != "sum":
+        if get_method(experiment.method).whole_workload or experiment.objective != "sum" or not max_variance:
             return 1
         streamed = SOLUTION_COPIES * sum(_result_mbs(manifest))
         return int(min(MAX_EVALUATE_THREADS, max(1, math.ceil(streamed / ALLOCATE_MB_PER_THREAD))))
@@ -177,10 +178,11 @@ def _result_mbs(manifest: dict | None) -> list[float]:
     return sorted(float(s.get("cost", {}).get("result_mb", 0.0)) for s in (manifest or {}).get("subproblems", []))
 
 
-def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True) -> dict:
+def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True) -> dict:
     """``{"mem_mb", "runtime"}`` of one job of ``stage`` for ``experiment`` (a
     :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
-    (the solutions the plan holds) and whether the experiment is measured (released)."""
+    (the solutions the plan holds), whether the experiment is measured (released) and whether its
+    allocate reports the largest query variance (:func:`stage_threads`)."""
     from ..methods import get_method
 
     if stage not in STAGES:
@@ -200,7 +202,7 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         if stage == "allocate" and experiment.objective == "sum":
             # the solve files' solutions are read one at a time (cache.StoredSolutions holds the last
             # few), by the job and by each worker its variance report forks
-            workers = stage_threads(stage, experiment, manifest)
+            workers = stage_threads(stage, experiment, manifest, max_variance=max_variance)
             mb += SOLUTION_COPIES * sum(results[-STORED_SOLUTIONS_HELD:]) * (1 + (workers if workers > 1 else 0))
             streamed = SOLUTION_COPIES * sum(results) / workers
         else:
