@@ -2,8 +2,8 @@
 
 Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective,
 gradient), :mod:`.optimize` (the optimiser), :mod:`.certificate` (its dual bound), :mod:`.symmetric` (the exact reduced SDP of
-uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.symmetric_dual` (the
-whole-family certificate of its restricted points), :mod:`.planner` (:func:`plan` and
+uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.symmetric_polish` (the primal polish
+of its restricted points), :mod:`.planner` (:func:`plan` and
 the :class:`MarginalPlan` record), :mod:`.gls` (measurement operators, noisy measurements, GLS
 answers, exact variances).
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 
 from .problem import MarginalProblem
@@ -28,44 +29,54 @@ from .problem import MarginalProblem
 __all__ = ["certificate", "sdp_upper", "maxcut_upper"]
 
 
-def sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0, polish: bool = False, extra=()) -> float:
+def sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0, polish: bool = False, extra=(), basis: np.ndarray | None = None) -> float:
     """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring) at a point
     with correlation matrix ``c``; ``extra``: more positive diagonals L to try (a solver's cost
-    multipliers); ``polish``: also :func:`maxcut_upper`'s smoothed descent from the best L found."""
+    multipliers); ``polish``: also :func:`maxcut_upper`'s smoothed descent from the best L found.
+    ``basis``: orthonormal columns R; the maximum is then over X = R S R^T only (range in R),
+    bounded through R^T D R <= lambda R^T L R, so lambda_max is that of the pencil on R."""
     best = math.inf
     dd = np.diag(d)
     dc = np.einsum("ij,ji->i", d, c)
     scale = max(float(np.mean(np.abs(dc))), 1e-300)
     cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd, *extra]
     floor = 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0)
+    dr = None if basis is None else basis.T @ d @ basis
+
+    def top_ratio(lam: np.ndarray) -> float:
+        """lambda_max of D against Diag(lam) (on the range of ``basis`` when given)."""
+        if dr is None:
+            s = 1.0 / np.sqrt(lam)
+            return float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1])
+        try:
+            return float(scipy.linalg.eigh(dr, (basis * lam[:, None]).T @ basis, eigvals_only=True)[-1])
+        except (np.linalg.LinAlgError, ValueError):
+            return math.inf
+
     best_lam = None
     for lam in cands:
         lam = np.maximum(lam, floor)
         if not np.all(np.isfinite(lam)):
             continue
-        s = 1.0 / np.sqrt(lam)
-        top = float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1])
-        val = max(top, 0.0) * float(lam.sum())
+        val = max(top_ratio(lam), 0.0) * float(lam.sum())
         if val < best:
             best, best_lam = val, lam
     # a few multiplicative steps towards the fixed point lambda_i / sum(lambda) = v_i^2 (v: the top
     # eigenvector of L^-1/2 D L^-1/2); every step is a valid bound, the least is kept
     lam = best_lam
-    for _ in range(refine if lam is not None else 0):
+    for _ in range(refine if lam is not None and basis is None else 0):
         s = 1.0 / np.sqrt(lam)
         w, v = np.linalg.eigh(d * s[:, None] * s[None, :])
         top = v[:, -1] ** 2
         target = np.maximum(top * lam.sum(), floor)
         lam = np.maximum(np.sqrt(lam * target), floor)
-        s = 1.0 / np.sqrt(lam)
-        val = max(float(np.linalg.eigvalsh(d * s[:, None] * s[None, :])[-1]), 0.0) * float(lam.sum())
-        best = min(best, val)
+        best = min(best, max(top_ratio(lam), 0.0) * float(lam.sum()))
     if polish and best_lam is not None:
-        best = min(best, maxcut_upper(d, best_lam))
+        best = min(best, maxcut_upper(d, best_lam, basis=basis))
     return best
 
 
-def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400) -> float:
+def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400, basis: np.ndarray | None = None) -> float:
     """An upper bound on s(D) = max{<D, X> : X PSD, diag X <= 1} for a symmetric D with a
     non-negative diagonal (then the maximum is attained with diag X = 1, and weak duality gives
     s(D) <= psi(mu) = sum(mu) + N lambda_max(D - Diag mu) for *every* mu; min over mu is s(D)).
@@ -74,31 +85,48 @@ def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400)
     (temperature falling tenfold from 1e-2 to 1e-7 of max |D|); the least psi evaluated exactly
     (one eigvalsh) is returned, so the bound is valid whatever the descent reaches. The diagonal
     heuristics of :func:`sdp_upper` stop 1e-3 to 1e-2 above s(D) on the symmetric reduction's
-    duals ([10]^40 abs: 2.0e-3 of the objective); this reaches 8e-5 there in 5 s."""
+    duals ([10]^40 abs: 2.0e-3 of the objective); this reaches 8e-5 there in 5 s.
+
+    ``basis``: orthonormal columns R (N x r); the maximum is then over X = R S R^T only, and
+    <D, X> = <D - Diag mu, X> + <mu, diag X> <= N max(lambda_max(R^T (D - Diag mu) R), 0) + sum(mu)
+    for every mu >= 0 (tr X <= N): psi is that, over r x r matrices, with mu kept non-negative."""
     d = (d + d.T) / 2
     n = d.shape[0]
-    if n == 0 or np.any(np.diag(d) < 0):
+    if n == 0 or (basis is None and np.any(np.diag(d) < 0)):
         return math.inf  # the equality-constrained dual would not bound the inequality problem
+    # restricted: the spectrum of R^T (D - Diag mu) R with a zero appended (the max(., 0) above)
+    dr = d if basis is None else basis.T @ d @ basis
+
+    def spectrum(mu):
+        if basis is None:
+            return np.linalg.eigh(dr - np.diag(mu))
+        w, v = np.linalg.eigh(dr - (basis * mu[:, None]).T @ basis)
+        return np.append(w, 0.0), v
 
     def psi(mu):
-        return float(mu.sum()) + n * float(np.linalg.eigvalsh(d - np.diag(mu))[-1])
+        return float(mu.sum()) + n * float(spectrum(mu)[0].max())
 
     def smoothed(mu, t):
-        w, v = np.linalg.eigh(d - np.diag(mu))
-        top = w[-1]
+        w, v = spectrum(mu)
+        top = float(w.max())
         e = np.exp((w - top) / t)
         z = float(e.sum())
-        p = e / z
-        return float(mu.sum()) + n * (top + t * math.log(z)), 1.0 - n * np.einsum("ik,k,ik->i", v, p, v)
+        p = e[: v.shape[1]] / z
+        rv = v if basis is None else basis @ v
+        return float(mu.sum()) + n * (top + t * math.log(z)), 1.0 - n * np.einsum("ik,k,ik->i", rv, p, rv)
 
     mu = np.asarray(start, dtype=float).copy()
+    bounds = None
+    if basis is not None:
+        mu = np.maximum(mu, 0.0)
+        bounds = [(0.0, None)] * n
     best = psi(mu)
     scale = max(float(np.abs(d).max()), 1e-300)
     for t in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
-        r = scipy.optimize.minimize(smoothed, mu, args=(t * scale,), jac=True, method="L-BFGS-B",
+        r = scipy.optimize.minimize(smoothed, mu, args=(t * scale,), jac=True, method="L-BFGS-B", bounds=bounds,
                                     options={"maxiter": max_iterations})
         if np.all(np.isfinite(r.x)):
-            mu = r.x
+            mu = r.x if basis is None else np.maximum(r.x, 0.0)
             best = min(best, psi(mu))
     return max(best, 0.0)
 

@@ -33,7 +33,7 @@ from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
 from . import symmetric
-from .symmetric_dual import whole_family_bound
+from .symmetric_polish import polish_restricted
 from .optimize import DEFAULT_TARGET_GAP, JITTER, Solution, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem
 
@@ -261,15 +261,37 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
                         max_seconds: float | None = None) -> tuple[Solution, bool]:
     """The optimum of :mod:`.symmetric`'s reduced SDP (by ``solver``, None: its default) as a
     :class:`~.optimize.Solution`: its pair Gram with the cell diagonal filled up to the cost (never a
-    higher objective), evaluated exactly; and whether the reduction was restricted. A restricted
-    point is certified over the whole family by :func:`.symmetric_dual.whole_family_bound` (to
-    ``target_gap``, within ``max_seconds`` less the solve's time)."""
+    higher objective), evaluated exactly; and whether the reduction was restricted (its bound is
+    the whole family's too: :mod:`.symmetric`). A restricted point is polished
+    (:mod:`.symmetric_polish`); while the best point and bound so far miss ``target_gap``, the
+    reduction solves again at tighter tolerances, warm-started, within ``max_seconds``."""
     t0 = time.perf_counter()
-    red = symmetric.solve_symmetric(problem, solver=solver)
+    best = {"f": math.inf, "c": None, "low": 0.0}
+
+    def accept(sol: symmetric.SymmetricSolution) -> bool:
+        if sol.restricted:
+            sol = polish_restricted(problem, sol)
+        f, c = _filled_point(problem, sol.gram)
+        if f < best["f"] or best["c"] is None:
+            best.update(f=f, c=c)
+        best["low"] = max(best["low"], sol.lower_bound)  # every bound bounds the same optimum
+        return best["f"] - min(best["low"], best["f"]) <= target_gap * best["f"]
+
+    red = symmetric.solve_symmetric(problem, solver=solver, accept=accept, max_seconds=max_seconds)
+    f, c = best["f"], best["c"]
     m = len(problem.views)
-    filled = red.gram + np.diag(1.0 - np.diag(red.gram))
-    # a first-order solver's optimum is singular to rounding: mixed with the identity (unit diagonal
-    # kept, so the cost too) until the objective is finite, the least objective kept
+    factor = np.linalg.cholesky(c)
+    shares = np.array([1.0 / m])
+    low = min(best["low"], f)
+    return Solution([factor], shares, 0.0, f, low, 0, time.perf_counter() - t0, [(0, f, low)]), red.restricted
+
+
+def _filled_point(problem: MarginalProblem, gram: np.ndarray) -> tuple[float, np.ndarray]:
+    """(objective, Gram) of a tied pair Gram (max diagonal 1) with its cell diagonal filled up to the
+    cost; a first-order solver's optimum is singular to rounding, so it is mixed with the identity
+    (unit diagonal kept, so the cost too) until the objective is finite, the least objective kept."""
+    m = len(problem.views)
+    filled = gram + np.diag(1.0 - np.diag(gram))
     best = (math.inf, None)
     for mix in (JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3):
         c = (1 - mix) * filled + mix * np.eye(len(filled))
@@ -281,16 +303,10 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
             best = (f, c)
         elif math.isfinite(best[0]):
             break  # the objective grows with the mix once it is finite
-    f, c = best
-    if c is None:
-        c = (1 - 1e-3) * filled + 1e-3 * np.eye(len(filled))
-    factor = np.linalg.cholesky(c)
-    shares = np.array([1.0 / m])
-    low = min(red.lower_bound, f)
-    if red.restricted and (f - low) > target_gap * f:
-        left = None if max_seconds is None else max(max_seconds - (time.perf_counter() - t0), 0.0)
-        low = max(low, whole_family_bound(problem, c, objective=f, target_gap=target_gap, max_seconds=left))
-    return Solution([factor], shares, 0.0, f, low, 0, time.perf_counter() - t0, [(0, f, low)]), red.restricted
+    if best[1] is None:
+        mix = 1e-3
+        return math.inf, (1 - mix) * filled + mix * np.eye(len(filled))
+    return best
 
 
 def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:

@@ -27,6 +27,17 @@ heuristics of :func:`.certificate.sdp_upper`), then polished by :func:`.certific
 solver's multipliers alone left 2e-3 of the objective at [10]^40 abs). The primal point handed back is the solver's Y
 with its cell diagonal filled up to the cost (which never raises the objective); its objective is
 re-evaluated exactly by :meth:`.problem.MarginalProblem.evaluate`.
+
+**Restricting each pair's top to its workload's span loses nothing**, and the restricted problem's
+dual certifies the whole family. Write a pair Gram in the residual coordinates split into R (the
+lower residuals and the span of the workload's top) and C (the rest of the top). C is orthogonal
+to every query and seen by this pair alone (no other view touches its top), so the full-domain X
+enters the objective only through the Schur complement S = Y_RR - Y_RC Y_CC^+ Y_CR: Y and
+Y' = R S R^T have the same objective, while Y - Y' is PSD, so diag Y' <= diag Y (no more cost).
+Hence the optimum over Y with range in R is the family's, and any bound on the restricted problem
+bounds the family: s(D) is then the maximum over X = R S R^T only, bounded through
+R^T (D - Diag mu) R (:func:`.certificate.sdp_upper` with ``basis``), an eigenproblem of ~3n
+coordinates (measured: the paper's [30]^40 ``prefix:1+abs:2`` certified to 3.5e-5 in 26 s).
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ from .problem import MarginalProblem, workload_residual_gram
 
 log = logging.getLogger(__name__)
 
-__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "PairReduction", "pair_share_gram", "MAX_CELLS"]
+__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "PairReduction", "pair_share_gram", "workload_top", "dual_bound", "MAX_CELLS"]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
 EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
@@ -56,9 +67,12 @@ INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solve
 # polished (maxcut_upper); since, SCS certifies the paper's [10]^40 cells (prefix:1+affine:2 / abs:2) to 1.4e-5 / 9.1e-6
 # in 23 s and 180 MB each (planner, one BLAS thread), so SCS goes first and Clarabel is the fallback. Clarabel's
 # dense cone scalings outgrow memory beyond (n = 12: > 8 min, 7.3 GB); SCS certifies [20]^40 affine:2 to 7.7e-5 in
-# 854 s (0.9 GB). Restricted: n = 20 65 s; n = 30 at 1e-8 ran > 8 min, at 1e-6 259 s.
+# 854 s (0.9 GB).
 SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells
-SCS_LARGE_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # restricted beyond 400 cells
+SCS_LARGE_OPTIONS = {"eps_abs": 1e-5, "eps_rel": 1e-5, "max_iters": 50000}  # restricted beyond 400 cells, then polished
+SCS_TIGHT_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # warm-started again when that misses the target
+# Restricted [30]^40 prefix:1+affine:2 (one BLAS thread, another job beside it): SCS at 1e-5 97 s, polished to a
+# certified 3.9e-5; at 1e-6 465 s from the start, 2.4e-6; 1e-5 then 1e-6 warm-started 90 + 130 s, 1.4e-6.
 
 
 def applies(problem: MarginalProblem) -> str:
@@ -108,6 +122,7 @@ class PairReduction:
         subspace of the top to keep (None: the whole top)."""
         self.n, self.d = n, d
         self.m = d * (d - 1) // 2
+        self.restricted = top is not None
         nv = n - 1
         idx = np.arange(n * n).reshape(n, n)
         h = 1 / math.sqrt(2)
@@ -196,12 +211,16 @@ class PairReduction:
         return de, do
 
 
-def _orth(a: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Orthonormal columns spanning the columns of ``a`` (singular values above rtol x the largest)."""
+def _orth(a: np.ndarray, atol: float = 1e-8) -> np.ndarray:
+    """Orthonormal columns spanning the columns of ``a`` (singular values above ``atol``; ``a`` is a
+    sum of two matrices with orthonormal columns, so its singular values are at most 2). The
+    threshold is absolute: when one parity of the workload's top is empty, the sum is rounding
+    noise, and a threshold relative to its largest singular value kept that noise as directions
+    (measured: [10]^40 ``abs:2`` kept 9 noise swap-odd coordinates beside its 9 swap-even ones)."""
     if a.shape[1] == 0:
         return a
     u, sv, _ = np.linalg.svd(a, full_matrices=False)
-    return u[:, sv > rtol * max(float(sv.max(initial=0.0)), 1e-300)]
+    return u[:, sv > atol]
 
 
 def _scaled(k, s, xp):
@@ -236,20 +255,54 @@ def pair_share_gram(problem: MarginalProblem, n: int, d: int) -> np.ndarray:
     return gp
 
 
+def workload_top(pair_gram: np.ndarray, n: int) -> np.ndarray:
+    """Orthonormal columns (top coordinates) spanning the top residual part of a pair's workload
+    Gram (residual coordinates): the top the restricted reduction keeps."""
+    rows = np.arange(n * n).reshape(n, n)[1:, 1:].ravel()
+    w, vec = np.linalg.eigh(pair_gram[np.ix_(rows, rows)])
+    return vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
+
+
+def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndarray], gram: np.ndarray, extra=()) -> float:
+    """The certificate from dual blocks ``phis`` (any PSD Phi per isotypic block gives a valid bound;
+    scale-free): T(Phi)^2 / s(D(Phi)), T = sum mult tr((G^1/2 Phi G^1/2)^1/2), D one view's share of
+    the blocks' adjoint in its cell basis, s(D) over the kept subspace when ``red`` is restricted
+    (module docstring), bounded from the point's correlation ``gram`` and the diagonals ``extra``
+    (a solver's cost multipliers) and polished by :func:`.certificate.maxcut_upper`."""
+    tsum = 0.0
+    clean = []
+    for i, phi in enumerate(phis):
+        phi = _psd_part(phi) if phi.size else phi
+        if phi.size and red.mults[i] and np.any(gblocks[i]):
+            g12 = _psd_sqrt(gblocks[i])
+            tsum += red.mults[i] * float(np.trace(_psd_sqrt(g12 @ phi @ g12)))
+        clean.append(phi)
+    de, do = red.adjoint(clean)
+    u = view_basis((red.n, red.n))
+    dres = red.je @ de @ red.je.T + (red.jo @ do @ red.jo.T if red.no else 0)
+    dcell = u @ (dres / red.m) @ u.T  # one view's share of Phi, in its cell basis
+    dcell = (dcell + dcell.T) / 2
+    kept = u @ np.hstack([red.je, red.jo]) if red.restricted else None
+    s_upper = sdp_upper(dcell, gram, extra=extra, polish=True, basis=kept)
+    return tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
+
+
 def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str | None = None, verbose: bool = False,
-                    solver_options: dict | None = None) -> SymmetricSolution:
+                    solver_options: dict | None = None, accept=None, tighter: tuple[dict, ...] | None = None,
+                    max_seconds: float | None = None) -> SymmetricSolution:
     """Solve the reduced SDP of ``problem`` (:func:`applies` must be "") and certify it.
 
     ``restrict``: keep of each pair's top only the span of its workload's top (the lower residuals
     stay whole), so the blocks have ~ 3 n coordinates instead of ~ n^2 / 2 (None: when the pair
-    has more than :data:`EXACT_MAX_CELLS` cells). The restricted optimum is a feasible point of the
-    family (on every case measured it equals the whole-space optimum to 1e-7), but the solver's dual
-    then lives on the restricted space and its bound over the whole family is loose (the planner
-    certifies such a point by :func:`.symmetric_dual.whole_family_bound`). ``solver``:
+    has more than :data:`EXACT_MAX_CELLS` cells). Its optimum is the family's, and its bound (s(D)
+    over the kept subspace) bounds the family (module docstring). ``solver``:
     a cvxpy solver (None: SCS, its tolerances by size as measured above :data:`SCS_OPTIONS`; the
     planner retries pairs of at most :data:`INTERIOR_MAX_CELLS` cells with "CLARABEL" when SCS's
     certificate misses its target; beyond, the interior point method's dense cone scalings outgrow
-    memory)."""
+    memory). ``accept``: a callable taking each :class:`SymmetricSolution`; while it returns False
+    the problem is solved again, warm-started, with each of ``tighter``'s solver options in turn
+    (None: :data:`SCS_TIGHT_OPTIONS` for a restricted problem by the default solver, else none),
+    within ``max_seconds`` from the start (SCS's time limit); the last solution is returned."""
     import cvxpy as cp  # heavy: imported only when the reduction runs
 
     why = applies(problem)
@@ -261,16 +314,13 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     d = len({a for v in problem.views for a in v.attrs})
     gp = pair_share_gram(problem, n, d)
     restrict = n * n > EXACT_MAX_CELLS if restrict is None else bool(restrict)
-    top = None
-    if restrict:
-        rows = np.arange(n * n).reshape(n, n)[1:, 1:].ravel()
-        w, vec = np.linalg.eigh(gp[np.ix_(rows, rows)])
-        top = vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
-    red = PairReduction(n, d, top)
+    red = PairReduction(n, d, workload_top(gp, n) if restrict else None)
+    if tighter is None:
+        tighter = (SCS_TIGHT_OPTIONS,) if solver is None and restrict else ()
     if solver is None:
         solver = "SCS"
         if solver_options is None:
-            solver_options = dict(SCS_OPTIONS if n * n <= 400 else SCS_LARGE_OPTIONS)
+            solver_options = dict(SCS_LARGE_OPTIONS if restrict else SCS_OPTIONS)
     ge, go = red.je.T @ gp @ red.je, red.jo.T @ gp @ red.jo
     gblocks = red.blocks(ge, go)
     u = view_basis((n, n))
@@ -300,47 +350,61 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         lmis.append((lmi, low.shape[1]))
         objective = objective + red.mults[i] * cp.trace(t)
     prob = cp.Problem(cp.Minimize(objective), constraints)
+
+    def solution() -> SymmetricSolution:
+        if ke.value is None:
+            raise RuntimeError(f"cvxpy/{solver} did not solve the symmetric reduction (status {prob.status})")
+        # the solver's point projected onto the PSD cone (a first-order solver's is PSD only to its tolerance)
+        kev = _psd_part(ke.value)
+        kov = _psd_part(ko.value) if red.no else np.zeros((0, 0))
+        gram = me @ kev @ me.T + (mo @ kov @ mo.T if red.no else 0)
+        gram = (gram + gram.T) / 2
+        gram /= float(np.diag(gram).max())
+        # the certificate, from the dual blocks
+        phis = []
+        for i, item in enumerate(lmis):
+            if item is None:
+                phis.append(np.zeros_like(gblocks[i]))
+                continue
+            lmi, k = item
+            dual = np.asarray(lmi.dual_value)
+            phis.append((dual[k:, k:] + dual[k:, k:].T) / 2 / red.mults[i])
+        lam_dual = np.zeros(n * n)
+        duals = np.asarray(constraints[0].dual_value, dtype=float).ravel()
+        for k, c in enumerate(half):
+            i, j = divmod(c, n)
+            if i == j:
+                lam_dual[c] = duals[k]
+            else:
+                lam_dual[c] = lam_dual[j * n + i] = duals[k] / 2
+        # the solver's cost multipliers and the diagonal heuristics; a first-order solver's multipliers
+        # are rough, so s(D) is polished. Restricted: s(D) over the kept subspace only (module docstring)
+        lam_dual = np.maximum(lam_dual, 1e-12 * max(float(lam_dual.max()), 1e-300))
+        bound = dual_bound(red, gblocks, phis, gram, extra=(lam_dual,))
+        out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
+        log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
+                 "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
+        return out
+
     prob.solve(solver=solver, verbose=verbose, **(solver_options or {}))
-    if ke.value is None:
-        raise RuntimeError(f"cvxpy/{solver} did not solve the symmetric reduction (status {prob.status})")
-    # the solver's point projected onto the PSD cone (a first-order solver's is PSD only to its tolerance)
-    kev = _psd_part(ke.value)
-    kov = _psd_part(ko.value) if red.no else np.zeros((0, 0))
-    gram = me @ kev @ me.T + (mo @ kov @ mo.T if red.no else 0)
-    gram = (gram + gram.T) / 2
-    gram /= float(np.diag(gram).max())
-    # the certificate, from the dual blocks (any PSD Phi gives a valid bound; scale-free)
-    tsum = 0.0
-    phis = []
-    for i, item in enumerate(lmis):
-        if item is None:
-            phis.append(np.zeros_like(gblocks[i]))
-            continue
-        lmi, k = item
-        dual = np.asarray(lmi.dual_value)
-        phi = (dual[k:, k:] + dual[k:, k:].T) / 2 / red.mults[i]
-        phi = _psd_part(phi)
-        g12 = _psd_sqrt(gblocks[i])
-        tsum += red.mults[i] * float(np.trace(_psd_sqrt(g12 @ phi @ g12)))
-        phis.append(phi)
-    de, do = red.adjoint(phis)
-    dres = red.je @ de @ red.je.T + (red.jo @ do @ red.jo.T if red.no else 0)
-    dcell = u @ (dres / red.m) @ u.T  # one view's share of Phi, in its cell basis
-    dcell = (dcell + dcell.T) / 2
-    lam_dual = np.zeros(n * n)
-    duals = np.asarray(constraints[0].dual_value, dtype=float).ravel()
-    for k, c in enumerate(half):
-        i, j = divmod(c, n)
-        if i == j:
-            lam_dual[c] = duals[k]
-        else:
-            lam_dual[c] = lam_dual[j * n + i] = duals[k] / 2
-    # the solver's cost multipliers and the diagonal heuristics; a first-order solver's multipliers
-    # are rough, so s(D) is polished (not for the restricted reduction: its bound is loose anyway)
-    lam_dual = np.maximum(lam_dual, 1e-12 * max(float(lam_dual.max()), 1e-300))
-    s_upper = sdp_upper(dcell, gram, extra=(lam_dual,), polish=not restrict)
-    bound = tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
-    out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
-    log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
-             "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
+    out = solution()
+    if accept is None or accept(out):
+        return out
+    for options in tighter:
+        # the same problem again from the last point (SCS's warm start): measured on the restricted
+        # [30]^40 prefix:1+affine:2, 1e-5 then 1e-6 took 90 + 130 s, 1e-6 from the start 465 s
+        options = dict(options)
+        if max_seconds is not None:
+            left = max_seconds - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            options["time_limit_secs"] = left
+        try:
+            prob.solve(solver=solver, verbose=verbose, warm_start=True, **options)
+            out = solution()
+        except (RuntimeError, cp.error.SolverError) as err:  # stopped without a point: the last one stays
+            log.info("qsplus: the symmetric reduction's tighter solve gave no point (%s)", err)
+            break
+        if accept(out):
+            break
     return out
