@@ -8,7 +8,7 @@ returns (scaled to the cost, its tiny negative eigenvalues dropped) sits 2e-4 ab
 ~3n coordinates), so the point is polished here: with K = L L^T per parity (swap-even, swap-odd
 coordinates), minimise log f(K) + log c(K), f the reduced objective (sum over isotypic blocks of
 mult tr(G X^-1)) and c a log-sum-exp of the cells' costs at a falling temperature (f is homogeneous
-of degree -1, so f c is scale-free and its minimum is the optimum at cost 1), by L-BFGS. At the
+of degree -1, so f c is scale-free and its minimum is the optimum at cost 1), by L-BFGS. After
 the polish the certificate stays the solver's dual bound (tight to a few 1e-6 even at SCS's 1e-5):
 minus the gradient at the polished point, the optimal dual only at the exact optimum, bounded 1.5e-3
 below it at [10]^40 ``prefix:1+affine:2``. Measured at [30]^40 ``prefix:1+affine:2`` (one BLAS
