@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--target-gap", type=float, default=1e-4)
     ap.add_argument("--max-seconds", type=float, default=1800.0)
     ap.add_argument("--max-view-cells", type=int, default=None, help="larger views keep their qs residual mechanisms")
-    ap.add_argument("--method", default=None, help="optimiser: auto (default), lbfgs, trust-krylov, newton")
+    ap.add_argument("--method", default=None, help="optimiser: auto (default), symmetric, restricted, lbfgs, trust-krylov, newton")
     ap.add_argument("--mu-factor", type=float, default=None, help="barrier weight factor per round (default 0.1)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--out", default="bench/out/qsplus.jsonl")

@@ -29,19 +29,32 @@ from .problem import MarginalProblem
 __all__ = ["certificate", "sdp_upper", "maxcut_upper"]
 
 
-def sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0, polish: bool = False, extra=(), basis: np.ndarray | None = None) -> float:
+def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool = False, extra=(), basis: np.ndarray | None = None,
+              projected: np.ndarray | None = None) -> float:
     """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring) at a point
     with correlation matrix ``c``; ``extra``: more positive diagonals L to try (a solver's cost
     multipliers); ``polish``: also :func:`maxcut_upper`'s smoothed descent from the best L found.
     ``basis``: orthonormal columns R; the maximum is then over X = R S R^T only (range in R),
-    bounded through R^T D R <= lambda R^T L R, so lambda_max is that of the pencil on R."""
+    bounded through R^T D R <= lambda R^T L R, so lambda_max is that of the pencil on R.
+    ``projected``: R^T D R itself, with ``c`` the point's Gram in R's coordinates (S, any scale);
+    then no N x N matrix is formed."""
     best = math.inf
-    dd = np.diag(d)
-    dc = np.einsum("ij,ji->i", d, c)
+    if projected is not None:
+        if basis is None:
+            raise ValueError("projected needs basis")
+        dr = (projected + projected.T) / 2
+        dd = np.einsum("ij,jk,ik->i", basis, dr, basis)
+        dc = np.einsum("ij,jk,ik->i", basis, dr @ c, basis)
+    else:
+        dd = np.diag(d)
+        dc = np.einsum("ij,ji->i", d, c)
+        dr = None if basis is None else basis.T @ d @ basis
     scale = max(float(np.mean(np.abs(dc))), 1e-300)
-    cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd, *extra]
+    cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd]
+    # given multipliers, with small floors too: supported on fewer cells than the basis has columns,
+    # R^T Diag(lam) R is singular and the pencil's top eigenvalue unreachable
+    cands += [np.asarray(e) + kappa * float(np.mean(np.abs(e))) for e in extra for kappa in (0.0, 1e-9, 1e-7, 1e-5, 1e-3)]
     floor = 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0)
-    dr = None if basis is None else basis.T @ d @ basis
 
     def top_ratio(lam: np.ndarray) -> float:
         """lambda_max of D against Diag(lam) (on the range of ``basis`` when given)."""
@@ -72,11 +85,12 @@ def sdp_upper(d: np.ndarray, c: np.ndarray, refine: int = 0, polish: bool = Fals
         lam = np.maximum(np.sqrt(lam * target), floor)
         best = min(best, max(top_ratio(lam), 0.0) * float(lam.sum()))
     if polish and best_lam is not None:
-        best = min(best, maxcut_upper(d, best_lam, basis=basis))
+        best = min(best, maxcut_upper(d, best_lam, basis=basis, projected=projected))
     return best
 
 
-def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400, basis: np.ndarray | None = None) -> float:
+def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int = 400, basis: np.ndarray | None = None,
+                 projected: np.ndarray | None = None) -> float:
     """An upper bound on s(D) = max{<D, X> : X PSD, diag X <= 1} for a symmetric D with a
     non-negative diagonal (then the maximum is attained with diag X = 1, and weak duality gives
     s(D) <= psi(mu) = sum(mu) + N lambda_max(D - Diag mu) for *every* mu; min over mu is s(D)).
@@ -89,13 +103,24 @@ def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400,
 
     ``basis``: orthonormal columns R (N x r); the maximum is then over X = R S R^T only, and
     <D, X> = <D - Diag mu, X> + <mu, diag X> <= N max(lambda_max(R^T (D - Diag mu) R), 0) + sum(mu)
-    for every mu >= 0 (tr X <= N): psi is that, over r x r matrices, with mu kept non-negative."""
-    d = (d + d.T) / 2
-    n = d.shape[0]
-    if n == 0 or (basis is None and np.any(np.diag(d) < 0)):
-        return math.inf  # the equality-constrained dual would not bound the inequality problem
-    # restricted: the spectrum of R^T (D - Diag mu) R with a zero appended (the max(., 0) above)
-    dr = d if basis is None else basis.T @ d @ basis
+    for every mu >= 0 (tr X <= N): psi is that, over r x r matrices, with mu kept non-negative.
+    ``projected``: R^T D R itself (then ``d`` is not needed: N x N is never formed)."""
+    if projected is not None:
+        if basis is None:
+            raise ValueError("projected needs basis")
+        dr = (projected + projected.T) / 2
+        n = basis.shape[0]
+        scale = max(float(np.abs(dr).max(initial=0.0)), 1e-300)
+    else:
+        d = (d + d.T) / 2
+        n = d.shape[0]
+        if n == 0 or (basis is None and np.any(np.diag(d) < 0)):
+            return math.inf  # the equality-constrained dual would not bound the inequality problem
+        # restricted: the spectrum of R^T (D - Diag mu) R with a zero appended (the max(., 0) above)
+        dr = d if basis is None else basis.T @ d @ basis
+        scale = max(float(np.abs(d).max()), 1e-300)
+    if n == 0:
+        return math.inf
 
     def spectrum(mu):
         if basis is None:
@@ -121,7 +146,6 @@ def maxcut_upper(d: np.ndarray, start: np.ndarray, *, max_iterations: int = 400,
         mu = np.maximum(mu, 0.0)
         bounds = [(0.0, None)] * n
     best = psi(mu)
-    scale = max(float(np.abs(d).max()), 1e-300)
     for t in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
         r = scipy.optimize.minimize(smoothed, mu, args=(t * scale,), jac=True, method="L-BFGS-B", bounds=bounds,
                                     options={"maxiter": max_iterations})

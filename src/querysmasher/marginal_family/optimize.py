@@ -30,7 +30,7 @@ from .problem import MarginalProblem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Solution", "start_from_residual_plan", "optimise", "DEFAULT_TARGET_GAP", "JITTER"]
+__all__ = ["Solution", "folded_view", "folded_tau", "start_from_residual_plan", "truncated_newton", "optimise", "DEFAULT_TARGET_GAP", "JITTER"]
 
 DEFAULT_TARGET_GAP = 1e-4
 SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
@@ -80,42 +80,55 @@ def _embed_residual(problem: MarginalProblem, g: tuple[int, ...], s: tuple[int, 
     return out
 
 
-def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.ndarray], np.ndarray, float]:
-    """The ``qs`` plan (beta = 1) folded into the marginal family: each measured residual view's
-    mechanism X_S / sigma_S^2 split equally over the marginal views containing S (the residual-only
-    ones keep theirs), so the Gram over the domain is the plan's and no view costs more than its
-    parts. Returns (correlation factors, shares t, tau), shares and tau summing to 1."""
+def folded_view(problem: MarginalProblem, plan, k: int) -> np.ndarray:
+    """The ``qs`` plan (beta = 1) folded into marginal view k (block k when tied): each measured
+    residual view's mechanism X_S / sigma_S^2 split equally over the marginal views containing S,
+    so the Gram over the domain is the plan's. Its Gram Y in the view's full residual coordinates."""
     from .basis import to_residual
 
     sizes_all = problem.workload.schema.sizes
     index = {s: i for i, s in enumerate(plan.views)}
-    blocks = problem.views[:1] if problem.tied else problem.views
+    v = problem.views[k]
+    y = np.zeros((v.cells, v.cells))
+    for r in range(len(v.attrs) + 1):
+        for s in _subsets(v.attrs, r):
+            i = index.get(s)
+            if i is None or not np.isfinite(plan.allocation.sigma2[i]) or subset_dim(sizes_all, s) == 0 and s:
+                continue
+            count = sum(1 for w in problem.views if set(s) <= set(w.attrs))
+            ss = tuple(sizes_all[a] for a in s)
+            xs = plan.solutions[plan.keys[i]].mechanism.dense_x() / plan.allocation.sigma2[i]
+            yr = to_residual(to_residual(np.atleast_2d(xs), ss).T, ss).T if s else np.atleast_2d(xs)
+            y += _embed_residual(problem, v.attrs, s, yr) / count
+    return y
+
+
+def folded_tau(problem: MarginalProblem, plan) -> float:
+    """The cost of the ``qs`` plan's mechanisms on the residual-only subsets (beta = 1)."""
+    if not problem.residual_only:
+        return 0.0
+    index = {s: i for i, s in enumerate(plan.views)}
+    a = plan.allocation
+    return float(sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only))
+
+
+def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.ndarray], np.ndarray, float]:
+    """The ``qs`` plan folded into the family (:func:`folded_view`) as the descent's start: each
+    view's Gram with its cell diagonal filled up to its largest entry (no extra cost; f does not
+    increase), so no view costs more than its parts. Returns (correlation factors, shares t, tau),
+    shares and tau summing to 1."""
+    tau = folded_tau(problem, plan)
     factors, shares = [], []
-    for k, v in enumerate(blocks):
-        y = np.zeros((v.cells, v.cells))
-        for r in range(len(v.attrs) + 1):
-            for s in _subsets(v.attrs, r):
-                i = index.get(s)
-                if i is None or not np.isfinite(plan.allocation.sigma2[i]) or subset_dim(sizes_all, s) == 0 and s:
-                    continue
-                count = sum(1 for w in problem.views if set(s) <= set(w.attrs))
-                ss = tuple(sizes_all[a] for a in s)
-                xs = plan.solutions[plan.keys[i]].mechanism.dense_x() / plan.allocation.sigma2[i]
-                ys = to_residual(to_residual(np.atleast_2d(xs), ss).T, ss).T if s else np.atleast_2d(xs)
-                y += _embed_residual(problem, v.attrs, s, ys) / count
-        x = problem.cell_gram(k, y)
+    for k in range(1 if problem.tied else len(problem.views)):
+        x = problem.cell_gram(k, folded_view(problem, plan, k))
         x = (x + x.T) / 2
         t = float(np.diag(x).max())
         x = x + np.diag(t - np.diag(x))  # fill the diagonal: no extra cost, f does not increase
         c = x / t
-        c = (1 - JITTER) * c + JITTER * np.eye(v.cells)
+        c = (1 - JITTER) * c + JITTER * np.eye(len(c))
         factors.append(np.linalg.cholesky(c))
         shares.append(t)
     shares = np.array(shares)
-    tau = 0.0
-    if problem.residual_only:
-        a = plan.allocation
-        tau = float(sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only))
     mult = len(problem.views) if problem.tied else 1
     total = float(shares.sum() * mult + tau)
     return factors, shares / total, tau / total
@@ -255,7 +268,7 @@ class _Result:
     message: str
 
 
-def _truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
+def truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
     """Newton steps with the Hessian applied by central differences of the gradient, the Newton
     system solved by at most ``cg_iterations`` conjugate-gradient steps (stopped on negative
     curvature), and a backtracking (Armijo) line search."""
@@ -359,7 +372,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
                 r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
                                             options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
             elif how == "newton":
-                r = _truncated_newton(fun, x, newton_iterations, cg_iterations)
+                r = truncated_newton(fun, x, newton_iterations, cg_iterations)
             else:
                 def hessp(z, p, _f=fun):
                     h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)

@@ -32,9 +32,9 @@ from ..plan import Plan
 from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
-from . import symmetric
+from . import restricted, symmetric
 from .symmetric_polish import polish_restricted
-from .optimize import DEFAULT_TARGET_GAP, JITTER, Solution, optimise, start_from_residual_plan
+from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = ["MarginalPlan", "plan", "METHOD"]
 
 METHOD = "qsplus"
+RESTRICT_BELOW = 0.5  # "auto" runs the restricted descent on a large untied problem when it keeps at most this share of the tops
 
 
 @dataclass(eq=False)
@@ -167,7 +168,9 @@ def plan(
     passed to :func:`.optimize.optimise` (``method``: "auto", "lbfgs", "trust-krylov", "newton";
     ``mu_factor``, ``mu_start``, ``round_iterations``, ``newton_iterations``); "auto" first tries the
     exact reduced SDP of :mod:`.symmetric` where it applies (uniform schema, the same pair queries on
-    every pair), "symmetric" insists on it."""
+    every pair), "symmetric" insists on it; on an untied problem with views of more than 400 cells
+    whose tops the workload spans only in part (affine or abs pairs of the paper's Table 3),
+    "auto" runs the restricted descent of :mod:`.restricted`, "restricted" insists on it."""
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
@@ -224,6 +227,11 @@ def plan(
             else:
                 notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
                 start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
+        options.pop("method", None)
+    if how == "restricted" and problem.tied:
+        raise InputError("optimiser method", how, f"is for untied problems; {workload.spec} over {schema.name} shares one mechanism across its views")
+    if sol is None and (how == "restricted" or how == "auto" and _restricted_pays(problem)):
+        sol = _restricted_solution(problem, residual_plan, target_gap=target_gap, max_seconds=max_seconds - (time.perf_counter() - t0))
         options.pop("method", None)
     if sol is None:
         sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations,
@@ -284,6 +292,26 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
     shares = np.array([1.0 / m])
     low = min(best["low"], f)
     return Solution([factor], shares, 0.0, f, low, 0, time.perf_counter() - t0, [(0, f, low)]), red.restricted
+
+
+def _restricted_pays(problem: MarginalProblem) -> bool:
+    """Whether "auto" runs the restricted descent: an untied problem with a view beyond the cells the
+    cell-basis descent handles, whose tops the restriction shrinks to at most RESTRICT_BELOW."""
+    return (not problem.tied and max(v.cells for v in problem.views) > SINGLE_THREAD_CELLS
+            and restricted.kept_fraction(problem) <= RESTRICT_BELOW)
+
+
+def _restricted_solution(problem: MarginalProblem, residual_plan: Plan, *, target_gap: float, max_seconds: float) -> Solution:
+    """The restricted descent of :mod:`.restricted` (every view's top kept to its workload's span)
+    as a :class:`~.optimize.Solution` in the plan's form: per view the unit-diagonal factor of its
+    cell Gram, the diagonal filled up to the view's cost; objective evaluated on the whole problem."""
+    t0 = time.perf_counter()
+    rp, kept = restricted.restrict(problem)
+    start = restricted.restricted_start(problem, rp, kept, residual_plan)
+    best = restricted.descend(rp, start, max_seconds=max(max_seconds, 1.0), target_gap=target_gap)
+    f, factors, shares = restricted.cell_factors(problem, rp, best)
+    low = min(best.lower_bound, f)
+    return Solution(factors, shares, best.tau, f, low, 0, time.perf_counter() - t0, [(0, f, low)])
 
 
 def _filled_point(problem: MarginalProblem, gram: np.ndarray) -> tuple[float, np.ndarray]:

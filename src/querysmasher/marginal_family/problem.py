@@ -71,10 +71,16 @@ class MarginalView:
     low_glob: np.ndarray
     gtt: np.ndarray = None  # G's top block (sum over the workload views containing the top), 1/n_v scaled
     jcols: np.ndarray = None  # lower-system columns of (G R)[top, :]
+    basis: np.ndarray | None = None  # cells x dim: the cell-basis columns of the coordinates (None: all residual coordinates)
 
     @property
     def cells(self) -> int:
         return math.prod(self.sizes)
+
+    @property
+    def dim(self) -> int:
+        """The number of coordinates of the view's Gram (``cells`` unless its top is restricted)."""
+        return len(self.top) + len(self.low)
 
 
 @dataclass
@@ -236,7 +242,7 @@ class MarginalProblem:
         # Z_tt = A^-1 G_tt A^-1 - A^-1 J Q K^T - K Q J^T A^-1 + K P K^T
         ztt = ainv @ gtt @ ainv - ajq @ kk.T - kk @ ajq.T + kk @ pg @ kk.T
         ztl = ajq - kk @ pg
-        z = np.zeros((v.cells, v.cells))
+        z = np.zeros((v.dim, v.dim))
         z[np.ix_(v.top, v.top)] = (ztt + ztt.T) / 2
         z[np.ix_(v.top, v.low)] = ztl
         z[np.ix_(v.low, v.top)] = ztl.T
@@ -265,16 +271,20 @@ class MarginalProblem:
 
     # ---- helpers ---------------------------------------------------------------------------------
     def cell_gram(self, k: int, y: np.ndarray) -> np.ndarray:
-        """X_g = U Y U^T in the cell basis of marginal view k."""
+        """X_g = U Y U^T in the cell basis of marginal view k (U: its ``basis`` when restricted)."""
         from .basis import from_residual
 
-        sizes = self.views[k].sizes
-        return from_residual(from_residual(y, sizes).T, sizes).T
+        v = self.views[k]
+        if v.basis is not None:
+            return v.basis @ y @ v.basis.T
+        return from_residual(from_residual(y, v.sizes).T, v.sizes).T
 
     def residual_gram(self, k: int, x: np.ndarray) -> np.ndarray:
-        """Y_g = U^T X U of a cell-basis Gram of marginal view k."""
-        sizes = self.views[k].sizes
-        return to_residual(to_residual(x, sizes).T, sizes).T
+        """Y_g = U^T X U of a cell-basis Gram of marginal view k (U: its ``basis`` when restricted)."""
+        v = self.views[k]
+        if v.basis is not None:
+            return v.basis.T @ x @ v.basis
+        return to_residual(to_residual(x, v.sizes).T, v.sizes).T
 
 
 def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
