@@ -30,7 +30,7 @@ from .problem import MarginalProblem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Solution", "folded_view", "folded_tau", "start_from_residual_plan", "truncated_newton", "optimise", "DEFAULT_TARGET_GAP", "JITTER"]
+__all__ = ["Solution", "folded_view", "folded_tau", "start_from_residual_plan", "filled_correlation", "least_mixed", "truncated_newton", "optimise", "DEFAULT_TARGET_GAP", "JITTER"]
 
 DEFAULT_TARGET_GAP = 1e-4
 SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
@@ -112,6 +112,36 @@ def folded_tau(problem: MarginalProblem, plan) -> float:
     return float(sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only))
 
 
+def filled_correlation(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """(C, t) for a cell-basis Gram x: its diagonal filled up to its largest entry t (a PSD term: no
+    extra cost, f does not increase), divided by t (unit diagonal)."""
+    x = (x + x.T) / 2
+    t = float(np.diag(x).max())
+    return (x + np.diag(t - np.diag(x))) / t, t
+
+
+def least_mixed(problem: MarginalProblem, corrs: list[np.ndarray], shares, tau: float,
+                mixes=(JITTER, 1e-8, 1e-7, 1e-6)) -> tuple[float, list[np.ndarray] | None, list[np.ndarray] | None]:
+    """(f, mixed correlations, their Cholesky factors) of unit-diagonal correlations ``corrs`` (one
+    per block, block k's Gram shares[k] C_k) mixed with a little of the identity (the unit diagonal,
+    so the cost, kept): an optimum singular to rounding needs it to be factored; the least
+    objective over ``mixes`` is kept (it grows with the mix once finite). (inf, None, None) when no
+    mix gives a finite objective."""
+    best = (math.inf, None, None)
+    for mix in mixes:
+        try:
+            cs = [(1 - mix) * c + mix * np.eye(len(c)) for c in corrs]
+            fs = [np.linalg.cholesky(c) for c in cs]
+            f = problem.evaluate([problem.residual_gram(k, t * c) for k, (t, c) in enumerate(zip(shares, cs))], tau, want_grad=False).f
+        except np.linalg.LinAlgError:
+            continue
+        if f < best[0]:
+            best = (f, cs, fs)
+        elif math.isfinite(best[0]):
+            break
+    return best
+
+
 def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.ndarray], np.ndarray, float]:
     """The ``qs`` plan folded into the family (:func:`folded_view`) as the descent's start: each
     view's Gram with its cell diagonal filled up to its largest entry (no extra cost; f does not
@@ -120,11 +150,7 @@ def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.nd
     tau = folded_tau(problem, plan)
     factors, shares = [], []
     for k in range(1 if problem.tied else len(problem.views)):
-        x = problem.cell_gram(k, folded_view(problem, plan, k))
-        x = (x + x.T) / 2
-        t = float(np.diag(x).max())
-        x = x + np.diag(t - np.diag(x))  # fill the diagonal: no extra cost, f does not increase
-        c = x / t
+        c, t = filled_correlation(problem.cell_gram(k, folded_view(problem, plan, k)))
         c = (1 - JITTER) * c + JITTER * np.eye(len(c))
         factors.append(np.linalg.cholesky(c))
         shares.append(t)

@@ -34,7 +34,7 @@ from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
 from . import restricted, symmetric
 from .symmetric_polish import polish_restricted
-from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, optimise, start_from_residual_plan
+from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, filled_correlation, least_mixed, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem
 
 log = logging.getLogger(__name__)
@@ -316,25 +316,14 @@ def _restricted_solution(problem: MarginalProblem, residual_plan: Plan, *, targe
 
 def _filled_point(problem: MarginalProblem, gram: np.ndarray) -> tuple[float, np.ndarray]:
     """(objective, Gram) of a tied pair Gram (max diagonal 1) with its cell diagonal filled up to the
-    cost; a first-order solver's optimum is singular to rounding, so it is mixed with the identity
-    (unit diagonal kept, so the cost too) until the objective is finite, the least objective kept."""
-    m = len(problem.views)
-    filled = gram + np.diag(1.0 - np.diag(gram))
-    best = (math.inf, None)
-    for mix in (JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3):
-        c = (1 - mix) * filled + mix * np.eye(len(filled))
-        try:
-            f = problem.evaluate([problem.residual_gram(0, c / m)], 0.0, want_grad=False).f
-        except np.linalg.LinAlgError:
-            continue
-        if f < best[0]:
-            best = (f, c)
-        elif math.isfinite(best[0]):
-            break  # the objective grows with the mix once it is finite
-    if best[1] is None:
+    cost and mixed with a little of the identity until its objective is finite
+    (:func:`.optimize.filled_correlation`, :func:`.optimize.least_mixed`)."""
+    c, _ = filled_correlation(gram)
+    f, mixed, _ = least_mixed(problem, [c], [1.0 / len(problem.views)], 0.0, mixes=(JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3))
+    if mixed is None:
         mix = 1e-3
-        return math.inf, (1 - mix) * filled + mix * np.eye(len(filled))
-    return best
+        return math.inf, (1 - mix) * c + mix * np.eye(len(c))
+    return f, mixed[0]
 
 
 def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:

@@ -40,7 +40,7 @@ import scipy.optimize
 
 from .basis import view_basis
 from .certificate import sdp_upper
-from .optimize import JITTER, folded_tau, folded_view, truncated_newton
+from .optimize import JITTER, filled_correlation, folded_tau, folded_view, least_mixed, truncated_newton
 from .problem import MarginalProblem, MarginalView, WorkloadBlock
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,7 @@ def restrict(problem: MarginalProblem) -> tuple[MarginalProblem, list[np.ndarray
             off += k
         w = p.T @ b.w @ p
         blocks.append(WorkloadBlock(b.attrs, (w + w.T) / 2, np.arange(len(b.low_pos)), b.low_glob, tops))
-    out = replace(problem, views=views, blocks=blocks)
-    out._flat_cache = None
-    return out, kept
+    return replace(problem, views=views, blocks=blocks), kept
 
 
 @dataclass
@@ -130,8 +128,13 @@ class RestrictedPoint:
         return (self.objective - self.lower_bound) / self.objective if self.objective > 0 else 0.0
 
 
+def _view_cost(view: MarginalView, y: np.ndarray) -> float:
+    """The largest cell cost of Y in a restricted view: max diag(B Y B^T)."""
+    return float(np.einsum("ij,jk,ik->i", view.basis, y, view.basis).max())
+
+
 def _cell_costs(rp: MarginalProblem, ys) -> np.ndarray:
-    return np.array([float(np.einsum("ij,jk,ik->i", v.basis, y, v.basis).max()) for v, y in zip(rp.views, ys)])
+    return np.array([_view_cost(v, y) for v, y in zip(rp.views, ys)])
 
 
 def _normalised(rp: MarginalProblem, ys, tau) -> tuple[list[np.ndarray], float]:
@@ -165,8 +168,7 @@ def restricted_start(problem: MarginalProblem, rp: MarginalProblem, kept: list[n
     for k, (v, rt) in enumerate(zip(problem.views, kept)):
         yrr = restricted_gram(v, rt, folded_view(problem, residual_plan, k))
         # a positive definite start (the descent factors it): a little of the identity, JITTER of the cost
-        cost = float(np.einsum("ij,jk,ik->i", rp.views[k].basis, yrr, rp.views[k].basis).max())
-        ys.append(yrr + JITTER * cost * np.eye(len(yrr)))
+        ys.append(yrr + JITTER * _view_cost(rp.views[k], yrr) * np.eye(len(yrr)))
     ys, tau = _normalised(rp, ys, folded_tau(problem, residual_plan))
     return RestrictedPoint(ys, tau)
 
@@ -206,16 +208,25 @@ class _Smoothed:
         ls, tau = self.unpack(x)
         return [l @ l.T for l in ls], tau
 
+    @property
+    def size(self) -> int:
+        """The barrier's number of coordinates (every view's, and tau's)."""
+        return sum(self.dims) + (1 if self.has_tau else 0)
+
+    @staticmethod
+    def _smax(basis: np.ndarray, l: np.ndarray, temp: float) -> tuple[float, np.ndarray, np.ndarray]:
+        """(log-sum-exp of the cell costs diag(B L L^T B^T) at ``temp``, its cell weights, B L)."""
+        m = basis @ l
+        cost = np.einsum("ij,ij->i", m, m)
+        top = float(cost.max())
+        e = np.exp((cost - top) / temp)
+        z = float(e.sum())
+        return top + temp * math.log(z), e / z, m
+
     def weights(self, x) -> list[np.ndarray]:
         """Per view the log-sum-exp's cell weights at x: at a central point minus the gradient of f
         is at most (f / c) B^T Diag(weights) B, so they are the certificate's natural multipliers."""
-        out = []
-        for v, l, temp in zip(self.rp.views, self.unpack(x)[0], self.temps):
-            m = v.basis @ l
-            cost = np.einsum("ij,ij->i", m, m)
-            e = np.exp((cost - cost.max()) / temp)
-            out.append(e / e.sum())
-        return out
+        return [self._smax(v.basis, l, temp)[1] for v, l, temp in zip(self.rp.views, self.unpack(x)[0], self.temps)]
 
     def __call__(self, x):
         if not np.all(np.isfinite(x)):
@@ -230,17 +241,12 @@ class _Smoothed:
             return math.inf, np.zeros_like(x)
         c, dcs = tau, []
         for v, l, temp in zip(self.rp.views, ls, self.temps):
-            m = v.basis @ l
-            cost = np.einsum("ij,ij->i", m, m)
-            top = float(cost.max())
-            e = np.exp((cost - top) / temp)
-            z = float(e.sum())
-            c += top + temp * math.log(z)
-            dcs.append(v.basis.T @ ((e / z)[:, None] * m))  # (1/2) d smax / dL
-        # the barrier -mu (sum_g log det Y_g + log tau - dims log c) is scale-free like f c, and keeps
+            smax, p, m = self._smax(v.basis, l, temp)
+            c += smax
+            dcs.append(v.basis.T @ (p[:, None] * m))  # (1/2) d smax / dL
+        # the barrier -mu (sum_g log det Y_g + log tau - size log c) is scale-free like f c, and keeps
         # the point central: its gradient is then a tight dual (:func:`bound`)
-        dims = sum(self.dims) + (1 if self.has_tau else 0)
-        wc = 1.0 + self.mu * dims
+        wc = 1.0 + self.mu * self.size
         grads = [2 * (((gy + gy.T) / 2) @ l) / f + wc * 2 * dc / c for l, gy, dc in zip(ls, ev.grads, dcs)]
         value = math.log(f) + wc * math.log(c)
         if self.mu > 0:
@@ -274,7 +280,7 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
             break
         ys, tau = obj.point(x)
         obj.temps = rel * np.maximum(_cell_costs(rp, ys), 1e-300)
-        obj.mu = rel * barrier / (sum(obj.dims) + (1 if obj.has_tau else 0))  # the barrier's share of the gap: about rel
+        obj.mu = rel * barrier / obj.size  # the barrier's share of the gap: about rel
 
         def fun(z, _obj=obj):
             if time.perf_counter() > deadline:
@@ -320,12 +326,15 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
     bound down while a view's heuristic bound exceeds the largest polished one (the maximum over
     views is what counts)."""
     costs = _cell_costs(rp, point.ys)
-    f0 = rp.evaluate(point.ys, point.tau, want_grad=False).f
     lres = rp.residual_loss
+    f0 = math.inf
 
     def at(delta: float, pol: bool) -> float:
+        nonlocal f0
         ys = [y + delta * t * np.eye(len(y)) for y, t in zip(point.ys, costs)]
         ev = rp.evaluate(ys, point.tau)
+        if delta == 0.0:
+            f0 = ev.f  # the point's own objective
         if not math.isfinite(ev.f):
             return 0.0
         marg = ev.f - (lres / point.tau if lres > 0 and point.tau > 0 else 0.0)
@@ -357,28 +366,11 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
 def cell_factors(problem: MarginalProblem, rp: MarginalProblem, point: RestrictedPoint) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(Objective evaluated on the full problem, per view the unit-diagonal factor F of its cell
     Gram with the diagonal filled up to its cost, per view its cost t) of a restricted point: the
-    plan's form (X_g = t_g F F^T). A filled diagonal adds a PSD term (f does not rise); an optimum
-    singular to rounding is mixed with a little of the identity, the least objective kept."""
-    grams, shares = [], []
-    for k, y in enumerate(point.ys):
-        x = rp.cell_gram(k, y)
-        x = (x + x.T) / 2
-        t = float(np.diag(x).max())
-        grams.append((x + np.diag(t - np.diag(x))) / t)
-        shares.append(t)
-    shares = np.array(shares)
-    best = (math.inf, None)
-    for mix in (JITTER, 1e-8, 1e-7, 1e-6):
-        try:
-            cs = [(1 - mix) * c + mix * np.eye(len(c)) for c in grams]
-            fs = [np.linalg.cholesky(c) for c in cs]
-            f = problem.evaluate([problem.residual_gram(k, t * c) for k, (t, c) in enumerate(zip(shares, cs))], point.tau, want_grad=False).f
-        except np.linalg.LinAlgError:
-            continue
-        if f < best[0]:
-            best = (f, fs)
-        elif math.isfinite(best[0]):
-            break
-    if best[1] is None:
+    plan's form (X_g = t_g F F^T), by :func:`.optimize.filled_correlation` and
+    :func:`.optimize.least_mixed`."""
+    filled = [filled_correlation(rp.cell_gram(k, y)) for k, y in enumerate(point.ys)]
+    shares = np.array([t for _, t in filled])
+    f, _, factors = least_mixed(problem, [c for c, _ in filled], shares, point.tau)
+    if factors is None:
         raise np.linalg.LinAlgError("the restricted optimum has no finite filled point")
-    return best[0], best[1], shares
+    return f, factors, shares
