@@ -121,3 +121,24 @@ def test_auto_restricts_only_large_untied_problems(skewed):
     _, _, small = _problem(skewed, "prefix:1+affine:2")
     assert not _restricted_pays(small)  # views of at most 12 cells: the cell-basis descent certifies them
     assert math.isfinite(restricted.kept_fraction(small))
+
+
+def test_auto_keeps_many_large_views_of_an_uneven_schema_residual(tmp_path):
+    """"auto" without max_view_cells: on a non-uniform schema with more than AUTO_LARGE_VIEWS views
+    above 400 cells those keep their qs mechanisms (noted, recorded in the plan); a uniform schema
+    (the symmetric reduction's ground) and a workload whose views are all large are left whole."""
+    from querysmasher.marginal_family.planner import AUTO_LARGE_VIEWS, _auto_max_view_cells
+
+    p = tmp_path / "schema.yaml"
+    p.write_text("a: 21\nb: 21\nc: 21\nd: 20\ne: 3\n")  # six pairs of 420..441 cells, four of at most 63
+    out = plan(str(p), "affine:2", target_gap=1e-2, max_seconds=60)
+    assert AUTO_LARGE_VIEWS < 6
+    assert sorted(out.views) == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert out.problem_options["max_view_cells"] == 400
+    assert any("6 of the 10 views have more than 400 cells" in n for n in out.notes)
+    assert out.rmse <= out.qs_rmse and abs(out.privacy_cost() - 1.0) < 1e-9
+    notes = []
+    uniform = parse_workload("affine:2", parse_schema("synthetic:n=21,d=4"))
+    assert _auto_max_view_cells(uniform, 2, notes) is None and not notes
+    p.write_text("a: 21\nb: 21\nc: 21\nd: 20\n")  # every view large: none would be left
+    assert _auto_max_view_cells(parse_workload("affine:2", parse_schema(str(p))), 2, notes) is None and not notes

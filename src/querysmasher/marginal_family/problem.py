@@ -36,7 +36,7 @@ from ..families import gram_1d
 from ..workload import Workload
 from .basis import attribute_basis, subset_dim, to_residual, view_coords
 
-__all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "workload_residual_gram"]
+__all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "marginal_view_attrs", "workload_residual_gram"]
 
 
 def workload_residual_gram(workload: Workload, attrs: tuple[int, ...]) -> np.ndarray:
@@ -315,6 +315,22 @@ def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
     return True
 
 
+def marginal_view_attrs(workload: Workload, max_view_size: int = 2, max_view_cells: int | None = None) -> list[tuple[int, ...]]:
+    """The attribute sets that get marginal mechanisms: the workload's sets of 2..``max_view_size``
+    attributes and at most ``max_view_cells`` cells (None: any) not inside another such set.
+
+    >>> from querysmasher.schema import parse_schema
+    >>> from querysmasher.workload import parse_workload
+    >>> marginal_view_attrs(parse_workload("affine:2", parse_schema("synthetic:n=3,d=3")))
+    [(0, 1), (0, 2), (1, 2)]
+    """
+    sizes = workload.schema.sizes
+    attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
+    cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size
+            and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)]
+    return [a for a in cand if not any(set(a) < set(b) for b in cand)]
+
+
 def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int = 2, max_view_cells: int | None = None,
                   tie: bool | None = None) -> MarginalProblem:
     """The marginal-family problem of ``workload``: marginal views are the workload's attribute sets
@@ -325,9 +341,7 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
     mechanism across views (None: when the workload is symmetric)."""
     sizes_all = workload.schema.sizes
     attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
-    cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size
-            and (max_view_cells is None or math.prod(sizes_all[i] for i in a) <= max_view_cells)]
-    mviews_attrs = [a for a in cand if not any(set(a) < set(b) for b in cand)]
+    mviews_attrs = marginal_view_attrs(workload, max_view_size, max_view_cells)
     mindex = {a: i for i, a in enumerate(mviews_attrs)}
     lower_sets = sorted({s for g in mviews_attrs for k in range(len(g)) for s in itertools.combinations(g, k)}, key=lambda a: (len(a), a))
     lower_sets = [s for s in lower_sets if subset_dim(sizes_all, s) > 0]
