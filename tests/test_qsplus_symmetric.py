@@ -316,8 +316,8 @@ def test_polish_takes_a_rough_restricted_point_to_the_optimum(schema, workload):
 def test_planner_solves_a_restricted_reduction_again_when_it_misses_the_target(monkeypatch):
     """Restricted pairs go to SCS at a loose tolerance and are polished; when the certificate still
     misses the target (here SCS stopped after 30 iterations) the same problem is solved again at
-    SCS_TIGHT_OPTIONS, warm-started and bounded by the time left, and the better point and bound
-    are kept."""
+    SCS_TIGHTER_OPTIONS (then SCS_TIGHT_OPTIONS if need be), warm-started and bounded by the time
+    left, and the better point and bound are kept."""
     import cvxpy as cp
 
     from querysmasher.marginal_family import symmetric
@@ -334,6 +334,6 @@ def test_planner_solves_a_restricted_reduction_again_when_it_misses_the_target(m
     monkeypatch.setattr(cp.Problem, "solve", recording)
     p = plan("synthetic:n=5,d=4", "affine:2", max_seconds=600)
     assert len(calls) == 2 and calls[0]["max_iters"] == 30 and not calls[0].get("warm_start")
-    assert calls[1]["warm_start"] and calls[1]["eps_abs"] == symmetric.SCS_TIGHT_OPTIONS["eps_abs"]
+    assert calls[1]["warm_start"] and calls[1]["eps_abs"] == symmetric.SCS_TIGHTER_OPTIONS["eps_abs"]
     assert 0 < calls[1]["time_limit_secs"] <= 600
     assert p.gap <= 1e-4 and not p.notes

@@ -213,7 +213,7 @@ def plan(
         if why and how == "symmetric":
             raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
         if not why:
-            reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=max_seconds)
+            reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=max_seconds - (time.perf_counter() - t0))
             if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
                 exact, _ = _symmetric_solution(problem, solver="CLARABEL")  # SCS missed the target: the interior point method
                 low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
