@@ -34,6 +34,10 @@ __all__ = ["Solution", "folded_view", "folded_tau", "start_from_residual_plan", 
 
 DEFAULT_TARGET_GAP = 1e-4
 SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
+# scipy's trust-krylov (trlib) keeps its Lanczos basis: min(1e9 / n, 2 n) + 1 vectors of n parameters, up to 8 GB
+# (Adult's described workload, 44 views of up to 400 cells, ~7 M parameters: peak 8.5 GB against 3.6 GB by L-BFGS
+# alone); above this many bytes "auto" takes the truncated Newton steps instead (a few vectors)
+KRYLOV_BASIS_BYTES = 1 << 30
 MAX_STALLS = 4  # rounds in a row without progress before the optimiser stops
 POLISH_GAP = 0.05  # a round whose heuristic gap is at most this is certified again with s(D) polished (certificate.maxcut_upper)
 JITTER = 1e-9  # C <- (1 - JITTER) C + JITTER I at the start: a full-rank factor for every view
@@ -344,6 +348,12 @@ def truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
     return _Result(x, nit, "iterations")
 
 
+def _second_order(n: int) -> str:
+    """"auto"'s second-order round for n parameters: trust-krylov while its Lanczos basis fits in
+    KRYLOV_BASIS_BYTES, truncated Newton ("newton") beyond."""
+    return "trust-krylov" if (min(int(1e9 / max(n, 1)), 2 * n) + 1) * n * 8 <= KRYLOV_BASIS_BYTES else "newton"
+
+
 def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start) -> Solution:
     t0 = time.perf_counter()
     par = _Param(problem, factors, shares, tau)
@@ -391,7 +401,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
             else:
                 newton_turn = not newton_turn
         par.mu = mu
-        how = method if method != "auto" else ("trust-krylov" if newton_turn else "lbfgs")
+        how = method if method != "auto" else ((_second_order(x.size)) if newton_turn else "lbfgs")
         fun = _Timed(par.fun, t0 + max_seconds)
         try:
             if how == "lbfgs":
