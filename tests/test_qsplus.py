@@ -319,3 +319,25 @@ def test_the_time_budget_holds_inside_a_round(monkeypatch):
     assert 0 < sol.lower_bound <= sol.objective <= start * (1 + 1e-9)
     obj, low = certificate(pr, sol.factors, sol.shares, sol.tau)
     assert obj == pytest.approx(sol.objective, rel=1e-9) and low <= obj
+
+
+def test_auto_descent_takes_truncated_newton_when_the_krylov_basis_would_not_fit(monkeypatch):
+    """scipy's trust-krylov keeps up to min(1e9/n, 2n)+1 Lanczos vectors of the n parameters (8 GB at
+    most): above optimize.KRYLOV_BASIS_BYTES "auto" takes truncated Newton steps instead, and the
+    descent still certifies ([3]^2 affine:2 here, with the budget set to nothing)."""
+    import scipy.optimize
+
+    from querysmasher.marginal_family import optimize
+
+    assert optimize._second_order(768) == "trust-krylov" and optimize._second_order(7_000_000) == "newton"
+    monkeypatch.setattr(optimize, "KRYLOV_BASIS_BYTES", 0)
+    methods = []
+    real = scipy.optimize.minimize
+
+    def recording(*args, **kw):
+        methods.append(kw.get("method"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(scipy.optimize, "minimize", recording)
+    p = plan("synthetic:n=3,d=2", "affine:2", target_gap=1e-5, tie=False, optimiser_options={"method": "auto"})
+    assert "trust-krylov" not in methods and p.gap <= 1e-5 and p.rmse <= p.qs_rmse
