@@ -3,7 +3,8 @@
 Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective,
 gradient), :mod:`.optimize` (the optimiser), :mod:`.certificate` (its dual bound), :mod:`.symmetric` (the exact reduced SDP of
 uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.symmetric_polish` (the primal polish
-of its restricted points), :mod:`.restricted` (every view's top kept to its workload's span on untied problems), :mod:`.planner` (:func:`plan` and
+of its restricted points), :mod:`.restricted` (every view's top kept to its workload's span on untied problems), :mod:`.active_newton`
+(its last mile: Newton steps with the active cells held equal), :mod:`.planner` (:func:`plan` and
 the :class:`MarginalPlan` record), :mod:`.gls` (measurement operators, noisy measurements, GLS
 answers, exact variances).
 

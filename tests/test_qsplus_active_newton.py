@@ -1,0 +1,85 @@
+"""Newton steps with the active cells held equal (querysmasher.marginal_family.active_newton): the union
+space computes the restricted problem's objective, gradient and Hessian; the steps certify what the
+first-order descent left uncertified, at a point an independent optimiser confirms; a problem too
+large for the union is left to the descent."""
+
+import numpy as np
+import pytest
+
+from querysmasher.accounting import Budget
+from querysmasher.marginal_family import active_newton, build_problem, plan, restricted
+from querysmasher.planners.residual import plan_residual
+from querysmasher.schema import parse_schema
+from querysmasher.solvers.qs import QSSolver
+from querysmasher.workload import parse_workload
+
+WORKLOAD = "prefix:1+affine:2"
+
+
+@pytest.fixture
+def skewed(tmp_path):
+    p = tmp_path / "schema.yaml"
+    p.write_text("a: 3\nb: 4\nc: 2\n")
+    return str(p)
+
+
+def _restricted(schema: str, max_view_cells):
+    w = parse_workload(WORKLOAD, parse_schema(schema))
+    qs = plan_residual(w, "qs", QSSolver(), Budget.from_beta(1.0))
+    pr = build_problem(w, qs, max_view_cells=max_view_cells)
+    rp, kept = restricted.restrict(pr)
+    return rp, restricted.restricted_start(pr, rp, kept, qs)
+
+
+# max_view_cells 8: the 12-cell pair stays residual (a residual-only share tau in the objective)
+@pytest.mark.parametrize("max_view_cells", [None, 8])
+def test_the_union_space_computes_the_objective_gradient_and_hessian(skewed, max_view_cells):
+    rp, start = _restricted(skewed, max_view_cells)
+    assert (rp.residual_loss > 0) == (max_view_cells is not None)
+    u = active_newton.UnionSpace(rp)
+    assert u.n == rp.lower_dim + sum(len(v.top) for v in rp.views)
+    rng = np.random.default_rng(3)
+    ys = []
+    for y in start.ys:
+        a = rng.standard_normal(y.shape)
+        ys.append(y + 0.1 * a @ a.T * float(np.trace(y)) / len(y))
+    ev = rp.evaluate(ys, start.tau)
+    f, xi, z = u.state(ys)
+    lres = rp.residual_loss
+    assert f + (lres / start.tau if lres else 0.0) == pytest.approx(ev.f, rel=1e-10)
+    for g, ref in zip(u.gradient(z), ev.grads):
+        assert np.allclose(g, ref, rtol=1e-8, atol=1e-10 * np.abs(ref).max())
+    d = [rng.standard_normal(y.shape) for y in ys]
+    d = [1e-5 * (a + a.T) * float(np.trace(y)) / len(y) for a, y in zip(d, ys)]
+    hess = u.hessian(xi, z, d)
+    plus = u.gradient(u.state([y + a for y, a in zip(ys, d)])[2])
+    minus = u.gradient(u.state([y - a for y, a in zip(ys, d)])[2])
+    for h, p, m in zip(hess, plus, minus):
+        assert np.allclose((p - m) / 2, h, rtol=1e-5, atol=1e-6 * np.abs(h).max())
+
+
+@pytest.mark.parametrize("max_view_cells", [None, 8])
+def test_newton_steps_certify_what_the_first_order_descent_left(skewed, max_view_cells):
+    rp, start = _restricted(skewed, max_view_cells)
+    first = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,), active_newton=False)
+    assert first.gap > 1e-4  # one temperature of L-BFGS alone
+    res = active_newton.newton_steps(rp, first.ys, first.tau, max_seconds=60)
+    assert res.steps >= 1 and res.message == "converged"
+    costs = [float(np.sum((v.basis @ y) * v.basis, axis=1).max()) for v, y in zip(rp.views, res.ys)]
+    assert sum(costs) + res.tau == pytest.approx(1.0, rel=1e-12)  # scaled to the budget
+    pt = restricted.bound(rp, restricted.RestrictedPoint(res.ys, res.tau), polish=True, extra=res.weights)
+    assert pt.objective < first.objective and pt.gap <= 1e-6
+    # the same through the descent, and bracketed by the independent cell-basis optimiser
+    both = restricted.descend(rp, start, max_seconds=60, target_gap=1e-6, temperatures=(1e-3,))
+    assert both.gap <= 1e-6
+    cell = plan(skewed, WORKLOAD, target_gap=1e-6, max_view_cells=max_view_cells, optimiser_options={"method": "lbfgs"})
+    assert both.lower_bound <= cell.total_variance * (1 + 1e-9)
+    assert cell.lower_bound <= both.objective * (1 + 1e-9)
+
+
+def test_a_problem_too_large_for_the_union_is_left_to_the_descent(skewed, monkeypatch):
+    rp, start = _restricted(skewed, None)
+    monkeypatch.setattr(active_newton, "MAX_UNION", 1)
+    assert active_newton.newton_steps(rp, start.ys, start.tau, max_seconds=60) is None
+    best = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,))
+    assert 1e-4 < best.gap < 1e-2  # the L-BFGS point, certified as before
