@@ -11,12 +11,14 @@ so far; run one case per process for a per-case figure). Usage:
     python bench/qsplus.py --schema synthetic:n=4,d=3 --workload affine:2
     python bench/qsplus.py --case table3-cps-affine --max-view-cells 400   # big views stay residual
     python bench/qsplus.py --case table3-cps-affine-asrun  # the paper's Table 3 workload (run from the repository root)
+    python bench/qsplus.py --case table3-cps-affine-asrun --method restricted --verbose  # with the planner's progress
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import platform
 import resource
@@ -68,8 +70,11 @@ def main() -> None:
     ap.add_argument("--method", default=None, help="optimiser: auto (default), symmetric, restricted, lbfgs, trust-krylov, newton")
     ap.add_argument("--mu-factor", type=float, default=None, help="barrier weight factor per round (default 0.1)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="the planner's progress (INFO log: temperatures, Newton steps, bounds) on stderr")
     ap.add_argument("--out", default="bench/out/qsplus.jsonl")
     a = ap.parse_args()
+    if a.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if a.list:
         for k, (s, w) in CASES.items():
             print(f"{k}: {s} {w}")

@@ -83,3 +83,35 @@ def test_a_problem_too_large_for_the_union_is_left_to_the_descent(skewed, monkey
     assert active_newton.newton_steps(rp, start.ys, start.tau, max_seconds=60) is None
     best = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,))
     assert 1e-4 < best.gap < 1e-2  # the L-BFGS point, certified as before
+
+
+def test_the_newton_direction_keeps_the_active_cells_at_their_views_cost(skewed):
+    """The projected CG's direction satisfies the linearised equalities to rounding (without the
+    residual update it left them by 0.4 on this problem and the step found no decrease)."""
+    rp, start = _restricted(skewed, None)
+    first = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,), active_newton=False)
+    bases = [v.basis for v in rp.views]
+    ys = [(y + y.T) / 2 for y in first.ys]
+    u = active_newton.UnionSpace(rp)
+    f, xi, z = u.state(ys)
+    cells = [np.sum((b @ y) * b, axis=1) for b, y in zip(bases, ys)]
+    t = [float(c.max()) for c in cells]
+    active = [c >= (1 - active_newton.ACTIVE_RTOL) * m for c, m in zip(cells, t)]
+    curv = [u.view_curvature(xi, z, k, y) for k, y in enumerate(ys)]
+    st = active_newton._Step(bases, active, ys, curv, None)
+    grad = (u.gradient(z), np.zeros(len(ys)))
+
+    def hess(d):
+        return u.hessian(xi, z, d[0]), np.zeros_like(d[1])
+
+    resid = [m - c[a] for m, c, a in zip(t, cells, active)] + [np.array([0.0])]
+    x, _, k, model = active_newton._direction(st, grad, hess, resid, 400)
+    assert k > 5 and model < 0
+    for got, want in zip(st.jac(x), resid):
+        assert np.abs(got - want).max() <= 1e-12 * max(t)
+    # and the model predicts the objective along it (f times the cost, which the equalities hold at sum t)
+    step = 1e-3
+    trial = [y + step * d for y, d in zip(ys, x[0])]
+    cost = sum(float(np.sum((b @ y) * b, axis=1).max()) for b, y in zip(bases, trial))
+    predicted = step * active_newton._dot(grad, x) + step**2 / 2 * active_newton._dot(x, hess(x))
+    assert u.state(trial)[0] * cost / sum(t) - f == pytest.approx(predicted, rel=1e-2)
