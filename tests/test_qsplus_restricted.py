@@ -136,6 +136,7 @@ def test_auto_keeps_many_large_views_of_an_uneven_schema_residual(tmp_path):
     assert sorted(out.views) == [(0, 4), (1, 4), (2, 4), (3, 4)]
     assert out.problem_options["max_view_cells"] == 400
     assert any("6 of the 10 views have more than 400 cells" in n for n in out.notes)
+    assert any("restricted descent" in n for n in out.notes)  # the kept views' path since Newton's last mile
     assert out.rmse <= out.qs_rmse and abs(out.privacy_cost() - 1.0) < 1e-9
     notes = []
     uniform = parse_workload("affine:2", parse_schema("synthetic:n=21,d=4"))

@@ -19,12 +19,17 @@ residuals and every view's kept top; CPS: 781): X = sum_g (1/n_g) P_g Y_g P_g^T,
 L_res / tau, the gradient -(1/n_g) P_g^T Z P_g with Z = X^-1 G X^-1, and the Hessian's action
 (1/n_g) P_g^T (X^-1 D Z + Z D X^-1) P_g on the embedded direction D. Why Newton: a gradient's dual is
 first-order in the point's error while the objective is second-order, so first-order descents stall
-(CPS affine: a certified gap of 7.2e-3 after 20 minutes of L-BFGS); two Newton steps from that point
-certify 1.4e-5. The active set, the positive definiteness and the step are all checked (the true
-objective f (sum_g max cost + tau) must fall; the caller certifies the result), so a wrong guess
-costs time, never correctness. Where the optimum is singular or leaves cells below their view's
-cost, the steps find no decrease (a [5]x[4]x[3]x[2] ``abs:2`` problem; Adult's 400-cell family)
-and the descent goes on without them.
+(CPS affine: a certified gap of 7.2e-3 after 20 minutes of L-BFGS). The CG keeps its iterates on
+the equalities by the residual update of Gould, Hribar and Nocedal (the multipliers are the sum of
+the parts it takes out). The step stops where a free cell reaches its view's cost (cells and costs
+are linear in Y): such a cell, most often one released for its negative multiplier, joins the
+active set and the direction is recomputed when it would pass at once. A step that leaves the
+positive semidefinite cone is projected back onto it (eigenvalues at least CONE_FLOOR of the point's
+smallest): near a singular optimum the steps kept inside shrank geometrically. The active set, the
+cone and the step are all checked (the true objective f (sum_g max cost + tau) must fall; the caller
+certifies the result), so a wrong guess costs time, never correctness. Where the active cells are
+dependent at the point (a singular optimum: a [5]x[4]x[3]x[2] ``abs:2`` problem) or no step finds a
+decrease, the descent goes on without the steps.
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ CONVERGED = 1e-10  # Newton stops once its model's decrease is below this fracti
 # ... or after this many steps in a row shorter than 1/2 and less than twice the one before (CPS from its first
 # temperature: 0.36, 0.24, 0.12, 0.04, 0.015; Loans abs lengthening: 5e-4, 1e-3, 1.6e-2)
 SHORT_STEPS = 3
+BLOCKED = 1e-3  # a free cell that reaches its view's cost within this step joins the active set
+BLOCKING_ROUNDS = 3  # ... and the direction is recomputed, at most this many times per step
+# a step that leaves the cone is projected back onto it with its eigenvalues at least this fraction
+# of the point's smallest: near a singular optimum the steps held inside the cone shrank
+# geometrically (CPS affine from its 1e-4 point: 0.004, 0.0013, 0.0004, each predicting the same
+# decrease); projected, from its 1e-3 point: 0.125, 0.25, 0.5, 1, 1, converged in six steps
+CONE_FLOOR = 1e-3
 
 
 class UnionSpace:
@@ -232,16 +244,24 @@ def _direction(st: "_Step", grad, hess, resid, cg_iterations: int):
     return x, lam, k, _dot(grad, x) + 0.5 * _dot(x, hess(x))
 
 
-def _longest_step(ys, dys) -> float:
-    """The largest step keeping every Y_g + step dY_g positive definite (inf when no bound)."""
-    out = math.inf
-    for y, d in zip(ys, dys):
-        l = np.linalg.cholesky(y)
-        m = scipy.linalg.solve_triangular(l, scipy.linalg.solve_triangular(l, d, lower=True).T, lower=True)
-        low = float(np.linalg.eigvalsh((m + m.T) / 2)[0])
-        if low < 0:
-            out = min(out, -1.0 / low)
-    return out
+def _blocking(cells, dcells, dshares, active, t) -> tuple[float, list[np.ndarray]]:
+    """The longest step before a free cell passes its view's cost (cells and costs are linear in the
+    step), and per view the free cells that pass it within BLOCKED."""
+    block, per_view = math.inf, []
+    for c, d, ds, a, m in zip(cells, dcells, dshares, active, t):
+        rate = np.where(a, 0.0, d - ds)
+        steps = np.where(rate > 0, (m - c) / np.where(rate > 0, rate, 1.0), math.inf)
+        block = min(block, float(steps.min(initial=math.inf)))
+        per_view.append(steps < BLOCKED)
+    return max(block, 0.0), per_view
+
+
+def _onto_cone(y: np.ndarray, floor: float) -> np.ndarray:
+    """``y`` with its eigenvalues below ``floor`` raised to it (``y`` itself when none is)."""
+    w, v = np.linalg.eigh((y + y.T) / 2)
+    if w[0] >= floor:
+        return y
+    return (v * np.maximum(w, floor)) @ v.T
 
 
 def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, steps: int = 12, cg_iterations: int = 400,
@@ -291,11 +311,6 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         if signs is not None:  # cells whose multiplier came out negative leave the active set
             active = [a & (s >= 0) for a, s in zip(active, signs)]
         curv = [max(union.view_curvature(xi, z, k, y), 1e-300) for k, y in enumerate(ys)]
-        try:
-            st = _Step(bases, active, ys, curv, 2 * lres / tau**3 if has_tau else None)
-        except np.linalg.LinAlgError:  # dependent active cells (a singular optimum): left to the descent
-            message = "dependent constraints"
-            break
         grad = (union.gradient(z), np.array([0.0] * nv + ([-lres / tau**2] if has_tau else [])))
 
         def hess(d, _xi=xi, _z=z, _tau=tau):
@@ -304,15 +319,34 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
                 dv[nv] = 2 * lres / _tau**3 * d[1][nv]
             return union.hessian(_xi, _z, d[0]), dv
 
-        resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
-        x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations)
+        for _ in range(BLOCKING_ROUNDS):
+            try:
+                st = _Step(bases, active, ys, curv, 2 * lres / tau**3 if has_tau else None)
+            except np.linalg.LinAlgError:  # dependent active cells (a singular optimum): left to the descent
+                st = None
+                break
+            resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
+            x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations)
+            block, hits = _blocking(cells, _cells(bases, x[0]), x[1][:nv], active, t)
+            if block >= BLOCKED or not any(h.any() for h in hits):
+                break
+            # a free cell (most often one just released for its negative multiplier) would pass its
+            # view's cost at once: held at it again and the direction recomputed
+            active = [a | h for a, h in zip(active, hits)]
+        if st is None:
+            message = "dependent constraints"
+            break
         now = true_objective(ys, tau)
-        step = min(1.0, 0.95 * _longest_step(ys, x[0]))
+        step = min(1.0, block)  # free cells at most their view's cost
+        floors = []
+        for y in ys:
+            w = np.linalg.eigvalsh(y)
+            floors.append(CONE_FLOOR * float(w[0]))
         if has_tau and x[1][nv] < 0:
             step = min(step, 0.95 * tau / -float(x[1][nv]))
         new = None
         while step > 1e-4:
-            trial = [y + step * d for y, d in zip(ys, x[0])]
+            trial = [_onto_cone(y + step * d, fl) for y, d, fl in zip(ys, x[0], floors)]
             tau_trial = tau + step * float(x[1][nv]) if has_tau else 0.0
             try:
                 value = true_objective(trial, tau_trial)
@@ -328,8 +362,8 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             signs[-1][a] = -l
         weights = [np.maximum(w, 0.0) for w in signs]
         taken += 1
-        log.info("qsplus newton: step %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
-                 taken, k, model, step, now, "%.12g" % new[2] if new else "no decrease", time.perf_counter() - t0)
+        log.info("qsplus newton: step %d, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
+                 taken, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now, "%.12g" % new[2] if new else "no decrease", time.perf_counter() - t0)
         if new is None:
             message = "no decrease"
             break
