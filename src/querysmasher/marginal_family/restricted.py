@@ -25,7 +25,8 @@ within about the barrier's weight of the point. Without it, a near-optimal but u
 gradient bounded [4]^2 ``affine:2`` only to 8e-3 with its objective at the optimum. After each
 temperature, Newton steps with the active cells held equal (:mod:`.active_newton`) take the best
 point the last mile: the gradient's dual is first-order in the point's error, so the descent alone
-stalls (CPS affine: 7.2e-3 after 20 minutes), while a few Newton steps certify 1e-5 or better.
+stalls (CPS affine: 7.2e-3 after 20 minutes), while 2-12 Newton steps certify Adult's and Loans'
+400-cell families to 3e-8 or better (CPS affine to 3.7e-4: a singular optimum, BENCHMARKS.md).
 :func:`cell_factors` turns the optimum into the plan's unit-diagonal factors (the cell diagonal
 filled up to the view's cost, which never raises the objective).
 """
