@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from ..linalg import eigh_sym, psd_power
 from .problem import MarginalProblem
 
 log = logging.getLogger(__name__)
@@ -145,10 +146,7 @@ class _Step:
         self.nv = len(bases)
         self.has_tau = tau_curv is not None
         self.ab = [b[a] for b, a in zip(bases, active)]  # active cells' basis rows
-        self.roots = []
-        for y in ys:
-            w, v = np.linalg.eigh((y + y.T) / 2)
-            self.roots.append((v * np.sqrt(np.maximum(w, 0.0))) @ v.T)
+        self.roots = [psd_power(y, 0.5, rtol=0.0) for y in ys]  # S = Y^1/2
         self.curv = curv
         hads = []
         for b, s, c in zip(self.ab, self.roots, curv):
@@ -169,7 +167,7 @@ class _Step:
     # directions are (list of symmetric matrices, shares [+ tau])
     def jac(self, d) -> list[np.ndarray]:
         dys, dv = d
-        rows = [np.sum((b @ y) * b, axis=1) - dv[k] for k, (b, y) in enumerate(zip(self.ab, dys))]
+        rows = [c - dv[k] for k, c in enumerate(_cells(self.ab, dys))]
         return rows + [np.array([dv.sum()])]
 
     def jac_t(self, lam) -> tuple[list[np.ndarray], np.ndarray]:
@@ -258,7 +256,7 @@ def _blocking(cells, dcells, dshares, active, t) -> tuple[float, list[np.ndarray
 
 def _onto_cone(y: np.ndarray, floor: float) -> np.ndarray:
     """``y`` with its eigenvalues below ``floor`` raised to it (``y`` itself when none is)."""
-    w, v = np.linalg.eigh((y + y.T) / 2)
+    w, v = eigh_sym((y + y.T) / 2)
     if w[0] >= floor:
         return y
     return (v * np.maximum(w, floor)) @ v.T

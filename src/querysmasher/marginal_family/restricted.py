@@ -312,10 +312,7 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
         # s(D_g) polished at every temperature: the diagonal heuristics alone left 0.26 of CPS's
         # objective (its nine pairs of at most 700 cells, temperature 1e-2) where the polish left 0.019
         pt = bound(rp, RestrictedPoint(ys, tau), extra=obj.weights(x), polish=True)
-        low = max(best.lower_bound, pt.lower_bound)
-        if pt.objective < best.objective:
-            best = pt
-        best.lower_bound = min(low, best.objective)
+        best = _better(best, pt)
         log.info("qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
                  rel, nit, msg, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
         if nit < 0:
@@ -323,6 +320,15 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
         if union is not None and best.gap > target_gap and time.perf_counter() < deadline:
             best, union = _newton_last_mile(rp, best, union, deadline, t0)
         x = obj.pack(best.ys, best.tau)
+    return best
+
+
+def _better(best: RestrictedPoint, pt: RestrictedPoint) -> RestrictedPoint:
+    """The lower of two certified points, with the higher of their bounds (both bound the same optimum)."""
+    low = max(best.lower_bound, pt.lower_bound)
+    if pt.objective < best.objective:
+        best = pt
+    best.lower_bound = min(low, best.objective)
     return best
 
 
@@ -334,10 +340,7 @@ def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSp
         log.info("qsplus restricted: no Newton step%s", "" if res is None else f" ({res.message})")
         return best, None
     pt = bound(rp, RestrictedPoint(res.ys, res.tau), extra=res.weights, polish=True)
-    low = max(best.lower_bound, pt.lower_bound)
-    if pt.objective < best.objective:
-        best = pt
-    best.lower_bound = min(low, best.objective)
+    best = _better(best, pt)
     log.info("qsplus restricted: %d Newton steps (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
              res.steps, res.message, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
     return best, union
