@@ -21,15 +21,31 @@ L_res / tau, the gradient -(1/n_g) P_g^T Z P_g with Z = X^-1 G X^-1, and the Hes
 first-order in the point's error while the objective is second-order, so first-order descents stall
 (CPS affine: a certified gap of 7.2e-3 after 20 minutes of L-BFGS). The CG keeps its iterates on
 the equalities by the residual update of Gould, Hribar and Nocedal (the multipliers are the sum of
-the parts it takes out). The step stops where a free cell reaches its view's cost (cells and costs
-are linear in Y): such a cell, most often one released for its negative multiplier, joins the
-active set and the direction is recomputed when it would pass at once. A step that leaves the
-positive semidefinite cone is projected back onto it (eigenvalues at least CONE_FLOOR of the point's
-smallest): near a singular optimum the steps kept inside shrank geometrically. The active set, the
-cone and the step are all checked (the true objective f (sum_g max cost + tau) must fall; the caller
-certifies the result), so a wrong guess costs time, never correctness. Where the active cells are
-dependent at the point (a singular optimum: a [5]x[4]x[3]x[2] ``abs:2`` problem) or no step finds a
-decrease, the descent goes on without the steps.
+the parts it takes out).
+
+The cone is kept by a barrier: the steps minimise f - mu sum_g log det Y_g, mu falling by tenths from
+the descent's last barrier (its share of the gap, about the temperature) to 1e-9 each time the point
+is centred, the step held a fraction TO_BOUNDARY of the way to the cone's boundary; the metric's
+root then has eigenvalues lambda / (lambda + mu / c)^1/2, between f's curvature and the barrier's.
+At a centred point minus f's gradient is the cells' multipliers less mu Y^-1, a dual the
+certificate reads to about mu: CPS affine from its first temperature, 9 steps to 1.3e-6, where
+steps projected back onto the cone crushed an eigen-direction of income x age to 1e-17 of its
+largest, which projected CG (its metric scales each direction by its eigenvalue) could not revive,
+and the certificate stood at 3.7e-4. CG stops early too, once its residual is below CG_ENOUGH of the
+barrier's share (Loans' 400-cell family: 11-33 iterations a step instead of 400).
+
+The step stops where a free cell reaches its view's cost (cells and costs are linear in Y); the free
+cells that would pass their cost within the full step join the active set first and the direction
+is recomputed (at most BLOCKING_ROUNDS times): a cell the optimum holds free has a negative
+multiplier and leaves again. Loans' 400-cell family as its authors ran it, from the first
+temperature: the cells that would pass at once only (BLOCKED 1e-3) left steps of 0.002-0.006, each
+adding a few per cent of the cells; all of them: 0.8, then full steps, certified 6.4e-6 in 8 steps.
+Without a barrier (``barrier`` 0) a step that leaves the cone is projected back onto it (eigenvalues
+at least CONE_FLOOR of the point's smallest). The active set, the cone and the step are all checked
+(the true objective f (sum_g max cost + tau), with the barrier, must fall; the caller certifies the
+result), so a wrong guess costs time, never correctness. Where the active cells are dependent at the
+point (a singular optimum: a [5]x[4]x[3]x[2] ``abs:2`` problem) or no step finds a decrease, the
+descent goes on without the steps.
 """
 
 from __future__ import annotations
@@ -42,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from ..linalg import eigh_sym, psd_power
+from ..linalg import eigh_sym
 from .problem import MarginalProblem
 
 log = logging.getLogger(__name__)
@@ -53,17 +69,27 @@ MAX_UNION = 3000  # union coordinates above this: dense X^-1 products too slow f
 MAX_PROJECTION_BYTES = 2 << 30  # the projection's per-view Hadamard blocks (active cells squared) above this: not attempted
 ACTIVE_RTOL = 1e-3  # a cell within this fraction of its view's largest cost is held at that cost
 CG_RTOL = 1e-10  # projected CG stops once <r, P r> fell by this factor
+# with a barrier, CG also stops once <r, P r> is below this fraction of the barrier's share of the gap
+# (Loans' 400-cell family at 1e-3: 400 iterations, the limit, to CG_RTOL)
+CG_ENOUGH = 1e-3
 CONVERGED = 1e-10  # Newton stops once its model's decrease is below this fraction of f
 # ... or after this many steps in a row shorter than 1/2 and less than twice the one before (CPS from its first
-# temperature: 0.36, 0.24, 0.12, 0.04, 0.015; Loans abs lengthening: 5e-4, 1e-3, 1.6e-2)
+# temperature, before the barrier: 0.36, 0.24, 0.12, 0.04, 0.015; Loans abs lengthening: 5e-4, 1e-3, 1.6e-2)
 SHORT_STEPS = 3
-BLOCKED = 1e-3  # a free cell that reaches its view's cost within this step joins the active set
+BLOCKED = 1.0  # a free cell that reaches its view's cost within this step (the full one) joins the active set
 BLOCKING_ROUNDS = 3  # ... and the direction is recomputed, at most this many times per step
 # a step that leaves the cone is projected back onto it with its eigenvalues at least this fraction
 # of the point's smallest: near a singular optimum the steps held inside the cone shrank
 # geometrically (CPS affine from its 1e-4 point: 0.004, 0.0013, 0.0004, each predicting the same
 # decrease); projected, from its 1e-3 point: 0.125, 0.25, 0.5, 1, 1, converged in six steps
 CONE_FLOOR = 1e-3
+# with a barrier (``newton_steps(barrier=...)``): the step keeps this fraction of the way to the cone's
+# boundary; the barrier falls by BARRIER_FALL once the model's decrease is at most CENTRED of its
+# share of the gap, and the steps have converged once centred at BARRIER_FINAL
+TO_BOUNDARY = 0.95
+BARRIER_FALL = 10.0
+CENTRED = 0.1
+BARRIER_FINAL = 1e-9
 
 
 class UnionSpace:
@@ -142,11 +168,18 @@ def _cells(bases, ys) -> list[np.ndarray]:
 class _Step:
     """One Newton step's constraint system and metric at a point (see the module docstring)."""
 
-    def __init__(self, bases, active, ys, curv, tau_curv):
+    def __init__(self, bases, active, eigs, curv, tau_curv, mu: float = 0.0):
         self.nv = len(bases)
         self.has_tau = tau_curv is not None
         self.ab = [b[a] for b, a in zip(bases, active)]  # active cells' basis rows
-        self.roots = [psd_power(y, 0.5, rtol=0.0) for y in ys]  # S = Y^1/2
+        # S = Y^1/2 without the barrier; with it (weight mu), S's eigenvalues lambda / (lambda + mu / c)^1/2,
+        # so S D S / c on the eigen-pair (i, j) is the inverse of (c (lambda_i lambda_j)^-1/2 + mu (lambda_i
+        # lambda_j)^-1) up to a factor at most 2 (geometric against arithmetic means): f's curvature where
+        # Y is large, the barrier's where it is small
+        self.roots = []
+        for (w, v), c in zip(eigs, curv):
+            w = np.maximum(w, 0.0)
+            self.roots.append((v * (w / np.sqrt(np.maximum(w + mu / c, 1e-300)))) @ v.T)
         self.curv = curv
         hads = []
         for b, s, c in zip(self.ab, self.roots, curv):
@@ -205,8 +238,10 @@ def _axpy(alpha, x, y):
     return [alpha * p + q for p, q in zip(x[0], y[0])], alpha * x[1] + y[1]
 
 
-def _direction(st: "_Step", grad, hess, resid, cg_iterations: int):
-    """The Newton direction by projected CG: (x, the multipliers, CG iterations, the model's value at x)."""
+def _direction(st: "_Step", grad, hess, resid, cg_iterations: int, enough: float = 0.0):
+    """The Newton direction by projected CG: (x, the multipliers, CG iterations, the model's value at
+    x); CG stops once <r, P r> is below CG_RTOL of its start or below ``enough`` (in the objective's
+    units: with the metric near the Hessian, about twice the model's decrease still to come)."""
     x = st.metric_inv(st.jac_t(st.solve(resid)))  # restores the equalities (every active cell at its view's cost)
     r = _axpy(1.0, hess(x), grad)
     zr, lam = st.project(r)
@@ -215,7 +250,7 @@ def _direction(st: "_Step", grad, hess, resid, cg_iterations: int):
     p = ([-a for a in zr[0]], -zr[1])
     best = (rz, x, lam)
     k = 0
-    while k < cg_iterations and rz > CG_RTOL * rz0:
+    while k < cg_iterations and rz > max(CG_RTOL * rz0, enough):
         hp = hess(p)
         curvature = _dot(p, hp)
         if curvature <= 0:
@@ -262,14 +297,31 @@ def _onto_cone(y: np.ndarray, floor: float) -> np.ndarray:
     return (v * np.maximum(w, floor)) @ v.T
 
 
-def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, steps: int = 12, cg_iterations: int = 400,
-                 union: UnionSpace | None = None) -> NewtonResult | None:
-    """Newton steps from (``ys``, ``tau``) (module docstring) until the model's decrease is below
-    CONVERGED of f, a step finds no decrease, SHORT_STEPS steps in a row are short and not
-    lengthening, ``steps`` are
-    taken or ``max_seconds`` pass; None
-    when the problem is too large for the dense union or the projection (MAX_UNION,
-    MAX_PROJECTION_BYTES)."""
+def _log_det(y: np.ndarray) -> float:
+    """log det of a positive definite ``y`` (LinAlgError otherwise)."""
+    return 2.0 * float(np.sum(np.log(np.diag(np.linalg.cholesky((y + y.T) / 2)))))
+
+
+def _boundary_step(eigs, dys) -> float:
+    """The step at which Y + step D first leaves the positive definite cone (inf when never)."""
+    step = math.inf
+    for (w, v), d in zip(eigs, dys):
+        r = v / np.sqrt(w)  # Y^-1/2 = r r^T
+        low = float(np.linalg.eigvalsh(r.T @ d @ r)[0])
+        if low < 0:
+            step = min(step, -1.0 / low)
+    return step
+
+
+def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, steps: int = 30, cg_iterations: int = 400,
+                 union: UnionSpace | None = None, barrier: float = 0.0) -> NewtonResult | None:
+    """Newton steps from (``ys``, ``tau``) (module docstring) until converged, a step finds no
+    decrease, SHORT_STEPS steps in a row are short and not lengthening, ``steps`` are taken or
+    ``max_seconds`` pass; None when the problem is too large for the dense union or the projection
+    (MAX_UNION, MAX_PROJECTION_BYTES). ``barrier`` > 0: on the way, the barrier -mu sum_g log det Y_g
+    with mu this fraction of f per coordinate (so its share of the certified gap), divided by
+    BARRIER_FALL each time the point is centred (the model's decrease at most CENTRED of that share),
+    converged once centred at BARRIER_FINAL; 0: the cone projections and CONVERGED."""
     t0 = time.perf_counter()
     bases = [v.basis for v in rp.views]
     if any(b is None for b in bases) or sum(len(y) for y in ys) == 0:
@@ -281,12 +333,17 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
     lres = rp.residual_loss
     has_tau = lres > 0
     nv = len(ys)
+    dims = sum(len(y) for y in ys)
 
-    def true_objective(y_, tau_) -> float:
-        """f (sum_g max cost + tau): the objective at the point scaled to the budget."""
+    def merit(y_, tau_, mu_) -> float:
+        """f (sum_g max cost + tau), less mu_ sum_g log det (Y_g / cost): the objective at the point
+        scaled to the budget, with the barrier (scale-free both)."""
         f_, _, _ = union.state(y_)
         cost = sum(float(c.max()) for c in _cells(bases, y_)) + (tau_ if has_tau else 0.0)
-        return (f_ + (lres / tau_ if has_tau else 0.0)) * cost
+        value = (f_ + (lres / tau_ if has_tau else 0.0)) * cost
+        if mu_ > 0:
+            value -= mu_ * sum(_log_det(y) - len(y) * math.log(cost) for y in y_)
+        return value
 
     ys = [(y + y.T) / 2 for y in ys]
     weights = [np.zeros(b.shape[0]) for b in bases]
@@ -298,33 +355,44 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         cells = _cells(bases, ys)
         total = sum(float(c.max()) for c in cells) + (tau if has_tau else 0.0)
         ys, tau, cells = [y / total for y in ys], tau / total, [c / total for c in cells]
+        eigs = [eigh_sym(y) for y in ys]
         try:
+            if barrier > 0 and min(float(w[0]) for w, _ in eigs) <= 0:
+                raise np.linalg.LinAlgError
             f, xi, z = union.state(ys)
         except np.linalg.LinAlgError:
             message = "not positive definite"
             break
         f += lres / tau if has_tau else 0.0
+        mu = barrier * f / dims  # the barrier's weight: its share of the gap is about ``barrier``
+        inverses = [(v / w) @ v.T for w, v in eigs] if mu > 0 else []
         t = np.array([float(c.max()) for c in cells])
         active = [c >= (1 - ACTIVE_RTOL) * m for c, m in zip(cells, t)]
         if signs is not None:  # cells whose multiplier came out negative leave the active set
             active = [a & (s >= 0) for a, s in zip(active, signs)]
         curv = [max(union.view_curvature(xi, z, k, y), 1e-300) for k, y in enumerate(ys)]
-        grad = (union.gradient(z), np.array([0.0] * nv + ([-lres / tau**2] if has_tau else [])))
+        gys = union.gradient(z)
+        if mu > 0:
+            gys = [g - mu * yi for g, yi in zip(gys, inverses)]
+        grad = (gys, np.array([0.0] * nv + ([-lres / tau**2] if has_tau else [])))
 
-        def hess(d, _xi=xi, _z=z, _tau=tau):
+        def hess(d, _xi=xi, _z=z, _tau=tau, _mu=mu, _inv=inverses):
             dv = np.zeros_like(d[1])
             if has_tau:
                 dv[nv] = 2 * lres / _tau**3 * d[1][nv]
-            return union.hessian(_xi, _z, d[0]), dv
+            h = union.hessian(_xi, _z, d[0])
+            if _mu > 0:
+                h = [a + _mu * (yi @ dy @ yi) for a, yi, dy in zip(h, _inv, d[0])]
+            return h, dv
 
         for _ in range(BLOCKING_ROUNDS):
             try:
-                st = _Step(bases, active, ys, curv, 2 * lres / tau**3 if has_tau else None)
+                st = _Step(bases, active, eigs, curv, 2 * lres / tau**3 if has_tau else None, mu)
             except np.linalg.LinAlgError:  # dependent active cells (a singular optimum): left to the descent
                 st = None
                 break
             resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
-            x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations)
+            x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations, CG_ENOUGH * barrier * f)
             block, hits = _blocking(cells, _cells(bases, x[0]), x[1][:nv], active, t)
             if block >= BLOCKED or not any(h.any() for h in hits):
                 break
@@ -334,20 +402,22 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         if st is None:
             message = "dependent constraints"
             break
-        now = true_objective(ys, tau)
+        centred = mu > 0 and -model <= CENTRED * barrier * f
+        now = merit(ys, tau, mu)
         step = min(1.0, block)  # free cells at most their view's cost
-        floors = []
-        for y in ys:
-            w = np.linalg.eigvalsh(y)
-            floors.append(CONE_FLOOR * float(w[0]))
+        if mu > 0:  # inside the cone, by a margin
+            step = min(step, TO_BOUNDARY * _boundary_step(eigs, x[0]))
+            floors = [0.0] * nv
+        else:
+            floors = [CONE_FLOOR * float(w[0]) for w, _ in eigs]
         if has_tau and x[1][nv] < 0:
             step = min(step, 0.95 * tau / -float(x[1][nv]))
         new = None
         while step > 1e-4:
-            trial = [_onto_cone(y + step * d, fl) for y, d, fl in zip(ys, x[0], floors)]
+            trial = [y + step * d if mu > 0 else _onto_cone(y + step * d, fl) for y, d, fl in zip(ys, x[0], floors)]
             tau_trial = tau + step * float(x[1][nv]) if has_tau else 0.0
             try:
-                value = true_objective(trial, tau_trial)
+                value = merit(trial, tau_trial, mu)
             except np.linalg.LinAlgError:
                 value = math.inf
             if value < now:
@@ -360,18 +430,27 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             signs[-1][a] = -l
         weights = [np.maximum(w, 0.0) for w in signs]
         taken += 1
-        log.info("qsplus newton: step %d, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
-                 taken, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now, "%.12g" % new[2] if new else "no decrease", time.perf_counter() - t0)
+        log.info("qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
+                 taken, barrier, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now,
+                 "%.12g" % new[2] if new else "no decrease", time.perf_counter() - t0)
         if new is None:
-            message = "no decrease"
+            if centred and barrier > BARRIER_FINAL * (1 + 1e-9):  # rounding at this barrier: on to the next
+                barrier /= BARRIER_FALL
+                continue
+            message = "converged" if centred else "no decrease"
             break
         ys, tau = new[0], new[1]
         accepted += 1
-        short = short + 1 if step < 0.5 and step < 2 * last else 0  # short and not lengthening
-        last = step
-        if -model <= CONVERGED * f:
+        if mu > 0 and centred:
+            if barrier <= BARRIER_FINAL * (1 + 1e-9):  # (falling by tenths leaves rounding)
+                message = "converged"
+                break
+            barrier /= BARRIER_FALL
+        if mu == 0 and -model <= CONVERGED * f:
             message = "converged"
             break
+        short = short + 1 if step < 0.5 and step < 2 * last else 0  # short and not lengthening
+        last = step
         if short >= SHORT_STEPS:  # far from the optimum's active set or cone face: back to the descent
             message = "short steps"
             break

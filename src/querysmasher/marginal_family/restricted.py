@@ -25,8 +25,8 @@ within about the barrier's weight of the point. Without it, a near-optimal but u
 gradient bounded [4]^2 ``affine:2`` only to 8e-3 with its objective at the optimum. After each
 temperature, Newton steps with the active cells held equal (:mod:`.active_newton`) take the best
 point the last mile: the gradient's dual is first-order in the point's error, so the descent alone
-stalls (CPS affine: 7.2e-3 after 20 minutes), while 2-12 Newton steps certify Adult's and Loans'
-400-cell families to 3e-8 or better (CPS affine to 3.7e-4: a singular optimum, BENCHMARKS.md).
+stalls (CPS affine: 7.2e-3 after 20 minutes), while Newton steps on a log-det barrier falling from
+the temperature's certify Table 3's problems far below 1e-4 (BENCHMARKS.md).
 :func:`cell_factors` turns the optimum into the plan's unit-diagonal factors (the cell diagonal
 filled up to the view's cost, which never raises the objective).
 """
@@ -318,7 +318,7 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
         if nit < 0:
             break
         if union is not None and best.gap > target_gap and time.perf_counter() < deadline:
-            best, union = _newton_last_mile(rp, best, union, deadline, t0)
+            best, union = _newton_last_mile(rp, best, union, deadline, t0, barrier=rel * barrier)
         x = obj.pack(best.ys, best.tau)
     return best
 
@@ -332,10 +332,12 @@ def _better(best: RestrictedPoint, pt: RestrictedPoint) -> RestrictedPoint:
     return best
 
 
-def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSpace, deadline: float, t0: float):
-    """(The better of ``best`` and the point after Newton steps from it, certified; the union
-    space, or None once the steps are not attempted or found no decrease on this problem)."""
-    res = newton_steps(rp, best.ys, best.tau, max_seconds=deadline - time.perf_counter(), union=union)
+def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSpace, deadline: float, t0: float,
+                      barrier: float):
+    """(The better of ``best`` and the point after Newton steps from it (their log-det barrier from
+    ``barrier``, the descent's at the temperature it ends), certified; the union space, or None once
+    the steps are not attempted or found no decrease on this problem)."""
+    res = newton_steps(rp, best.ys, best.tau, max_seconds=deadline - time.perf_counter(), union=union, barrier=barrier)
     if res is None or not res.steps:  # too large, or no step found a decrease: the descent goes on without
         log.info("qsplus restricted: no Newton step%s", "" if res is None else f" ({res.message})")
         return best, None
