@@ -133,3 +133,24 @@ def test_newton_steps_with_a_barrier_follow_the_central_path_to_the_same_optimum
     b = restricted.bound(rp, restricted.RestrictedPoint(plain.ys, plain.tau), polish=True, extra=plain.weights)
     assert a.gap <= 1e-6
     assert a.objective == pytest.approx(b.objective, rel=1e-7)
+
+
+def test_cells_that_would_pass_after_the_last_blocking_round_stop_the_step(tmp_path, monkeypatch):
+    """After the last round the free cells that would pass their cost stop the step and are not
+    added to the active set its multipliers were computed for (they were, and on this problem the
+    step's multipliers then no longer matched its cells: a ValueError)."""
+    p = tmp_path / "schema.yaml"
+    p.write_text("a: 5\nb: 4\nc: 3\nd: 2\n")
+    w = parse_workload("abs:2", parse_schema(str(p)))
+    qs = plan_residual(w, "qs", QSSolver(), Budget.from_beta(1.0))
+    pr = build_problem(w, qs)
+    rp, kept = restricted.restrict(pr)
+    start = restricted.restricted_start(pr, rp, kept, qs)
+    first = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,), active_newton=False)
+    monkeypatch.setattr(active_newton, "BLOCKING_ROUNDS", 1)
+    res = active_newton.newton_steps(rp, first.ys, first.tau, max_seconds=60, barrier=1e-3)
+    assert res.steps >= 1
+    for v, y, wt in zip(rp.views, res.ys, res.weights):
+        assert len(wt) == v.basis.shape[0] and np.all(wt >= 0)
+    pt = restricted.bound(rp, restricted.RestrictedPoint(res.ys, res.tau), extra=res.weights)
+    assert pt.objective < first.objective

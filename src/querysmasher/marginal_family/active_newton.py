@@ -28,7 +28,7 @@ the descent's last barrier (its share of the gap, about the temperature) to 1e-9
 is centred, the step held a fraction TO_BOUNDARY of the way to the cone's boundary; the metric's
 root then has eigenvalues lambda / (lambda + mu / c)^1/2, between f's curvature and the barrier's.
 At a centred point minus f's gradient is the cells' multipliers less mu Y^-1, a dual the
-certificate reads to about mu: CPS affine from its first temperature, 9 steps to 1.3e-6, where
+certificate reads to about mu: CPS affine from its first temperature, 8 steps to 3.5e-6, where
 steps projected back onto the cone crushed an eigen-direction of income x age to 1e-17 of its
 largest, which projected CG (its metric scales each direction by its eigenvalue) could not revive,
 and the certificate stood at 3.7e-4. CG stops early too, once its residual is below CG_ENOUGH of the
@@ -273,6 +273,7 @@ def _direction(st: "_Step", grad, hess, resid, cg_iterations: int, enough: float
             best = (rz_new, x, lam)
         p = _axpy(rz_new / rz, p, ([-a for a in zr[0]], -zr[1]))
         rz = rz_new
+    log.debug("qsplus newton CG: %d iterations, <r, P r> %.3e from %.3e (best %.3e, enough %.3e)", k, rz, rz0, best[0], enough)
     _, x, lam = best
     return x, lam, k, _dot(grad, x) + 0.5 * _dot(x, hess(x))
 
@@ -385,7 +386,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
                 h = [a + _mu * (yi @ dy @ yi) for a, yi, dy in zip(h, _inv, d[0])]
             return h, dv
 
-        for _ in range(BLOCKING_ROUNDS):
+        for round_ in range(BLOCKING_ROUNDS):
             try:
                 st = _Step(bases, active, eigs, curv, 2 * lres / tau**3 if has_tau else None, mu)
             except np.linalg.LinAlgError:  # dependent active cells (a singular optimum): left to the descent
@@ -394,8 +395,8 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
             x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations, CG_ENOUGH * barrier * f)
             block, hits = _blocking(cells, _cells(bases, x[0]), x[1][:nv], active, t)
-            if block >= BLOCKED or not any(h.any() for h in hits):
-                break
+            if block >= BLOCKED or not any(h.any() for h in hits) or round_ == BLOCKING_ROUNDS - 1:
+                break  # (after the last round the cells that would pass stop the step instead)
             # a free cell (most often one just released for its negative multiplier) would pass its
             # view's cost at once: held at it again and the direction recomputed
             active = [a | h for a, h in zip(active, hits)]
