@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from ..linalg import eigh_sym
+from ..linalg import eigh_sym, psd_power
 from .problem import MarginalProblem
 
 log = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             break
         f += lres / tau if has_tau else 0.0
         mu = barrier * f / dims  # the barrier's weight: its share of the gap is about ``barrier``
-        inverses = [(v / w) @ v.T for w, v in eigs] if mu > 0 else []
+        inverses = [psd_power(y, -1, eig=e) for y, e in zip(ys, eigs)] if mu > 0 else []
         t = np.array([float(c.max()) for c in cells])
         active = [c >= (1 - ACTIVE_RTOL) * m for c, m in zip(cells, t)]
         if signs is not None:  # cells whose multiplier came out negative leave the active set
