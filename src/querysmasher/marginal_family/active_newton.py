@@ -34,12 +34,17 @@ largest, which projected CG (its metric scales each direction by its eigenvalue)
 and the certificate stood at 3.7e-4. CG stops early too, once its residual is below CG_ENOUGH of the
 barrier's share (Loans' 400-cell family: 11-33 iterations a step instead of 400).
 
-The step stops where a free cell reaches its view's cost (cells and costs are linear in Y); the free
-cells that would pass their cost within the full step join the active set first and the direction
-is recomputed (at most BLOCKING_ROUNDS times): a cell the optimum holds free has a negative
-multiplier and leaves again. Loans' 400-cell family as its authors ran it, from the first
-temperature: the cells that would pass at once only (BLOCKED 1e-3) left steps of 0.002-0.006, each
-adding a few per cent of the cells; all of them: 0.8, then full steps, certified 6.4e-6 in 8 steps.
+The step stops where a free cell reaches its view's cost (cells and costs are linear in Y). Each
+step first settles its active set on its quadratic model (at most BLOCKING_ROUNDS directions): the
+free cells that would pass their cost within the full step are held, the held cells whose multiplier
+comes out negative released, and the direction recomputed. The next step starts from the settled
+set (and the cells a step stopped at): the descent's cells are only near their cost, so the first
+step holds every cell within ACTIVE_RTOL of it, but re-holding those at every step pulled the cells
+just released back up to their cost (CPS abs: the active set alternated 6,955 <-> 6,963 of 7,000 with
+short steps and positive models, certified 2.2e-4; settled at 6,949, full steps, 4.4e-6). Loans'
+400-cell family as its authors ran it, from the first temperature: the cells that would pass at once
+only (BLOCKED 1e-3) left steps of 0.002-0.006, each adding a few per cent of the cells; all of them:
+0.8, then full steps, certified 6.4e-6 in 8 steps.
 Without a barrier (``barrier`` 0) a step that leaves the cone is projected back onto it (eigenvalues
 at least CONE_FLOOR of the point's smallest). The active set, the cone and the step are all checked
 (the true objective f (sum_g max cost + tau), with the barrier, must fall; the caller certifies the
@@ -77,7 +82,14 @@ CONVERGED = 1e-10  # Newton stops once its model's decrease is below this fracti
 # temperature, before the barrier: 0.36, 0.24, 0.12, 0.04, 0.015; Loans abs lengthening: 5e-4, 1e-3, 1.6e-2)
 SHORT_STEPS = 3
 BLOCKED = 1.0  # a free cell that reaches its view's cost within this step (the full one) joins the active set
-BLOCKING_ROUNDS = 3  # ... and the direction is recomputed, at most this many times per step
+# ... and the held cells with negative multipliers are released, and the direction recomputed, at most
+# this many times per step (CPS abs at its last barriers: 6,967 held, 14 released, then 4, then settled)
+BLOCKING_ROUNDS = 4
+# after the first step the active set is the last step's settled one and the free cells within this
+# fraction of their view's cost (those a step stopped at): re-holding every cell within ACTIVE_RTOL
+# pulled the cells just released back up to their cost (CPS abs: 6,955 <-> 6,963 of 7,000 held,
+# step after step, certified 2.2e-4)
+REENTRY_RTOL = 1e-9
 # a step that leaves the cone is projected back onto it with its eigenvalues at least this fraction
 # of the point's smallest: near a singular optimum the steps held inside the cone shrank
 # geometrically (CPS affine from its 1e-4 point: 0.004, 0.0013, 0.0004, each predicting the same
@@ -290,6 +302,19 @@ def _blocking(cells, dcells, dshares, active, t) -> tuple[float, list[np.ndarray
     return max(block, 0.0), per_view
 
 
+def _released(active, lam) -> list[np.ndarray]:
+    """Per view the held cells whose multiplier is negative (never a view's last held cell: its
+    cost is the view's)."""
+    out = []
+    for a, l in zip(active, lam[:-1]):
+        neg = np.zeros(len(a), dtype=bool)
+        neg[a] = l > 0  # (the multipliers of D's cell weights are -l)
+        if neg.sum() >= a.sum():
+            neg[:] = False
+        out.append(neg)
+    return out
+
+
 def _onto_cone(y: np.ndarray, floor: float) -> np.ndarray:
     """``y`` with its eigenvalues below ``floor`` raised to it (``y`` itself when none is)."""
     w, v = eigh_sym((y + y.T) / 2)
@@ -348,7 +373,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
 
     ys = [(y + y.T) / 2 for y in ys]
     weights = [np.zeros(b.shape[0]) for b in bases]
-    message, taken, accepted, short, last, signs = "steps", 0, 0, 0, 0.0, None
+    message, taken, accepted, short, last, working = "steps", 0, 0, 0, 0.0, None
     while taken < steps:
         if time.perf_counter() - t0 > max_seconds:
             message = "time limit"
@@ -368,9 +393,10 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         mu = barrier * f / dims  # the barrier's weight: its share of the gap is about ``barrier``
         inverses = [psd_power(y, -1, eig=e) for y, e in zip(ys, eigs)] if mu > 0 else []
         t = np.array([float(c.max()) for c in cells])
-        active = [c >= (1 - ACTIVE_RTOL) * m for c, m in zip(cells, t)]
-        if signs is not None:  # cells whose multiplier came out negative leave the active set
-            active = [a & (s >= 0) for a, s in zip(active, signs)]
+        if working is None:  # the descent leaves its cells near their cost, not at it
+            active = [c >= (1 - ACTIVE_RTOL) * m for c, m in zip(cells, t)]
+        else:  # the last step's settled set, and the cells its step stopped at
+            active = [a | (c >= (1 - REENTRY_RTOL) * m) for a, c, m in zip(working, cells, t)]
         curv = [max(union.view_curvature(xi, z, k, y), 1e-300) for k, y in enumerate(ys)]
         gys = union.gradient(z)
         if mu > 0:
@@ -395,11 +421,14 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
             x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations, CG_ENOUGH * barrier * f)
             block, hits = _blocking(cells, _cells(bases, x[0]), x[1][:nv], active, t)
-            if block >= BLOCKED or not any(h.any() for h in hits) or round_ == BLOCKING_ROUNDS - 1:
+            drops = _released(active, lam)
+            if not any(h.any() for h in hits) and not any(d.any() for d in drops) or round_ == BLOCKING_ROUNDS - 1:
                 break  # (after the last round the cells that would pass stop the step instead)
-            # a free cell (most often one just released for its negative multiplier) would pass its
-            # view's cost at once: held at it again and the direction recomputed
-            active = [a | h for a, h in zip(active, hits)]
+            # the step's active set settled on its quadratic model (a primal-dual active-set iteration,
+            # Hintermueller, Ito and Kunisch, SIAM J. Optim. 13, 2002): the held cells whose multiplier
+            # came out negative are released and the free cells the step would take past their
+            # view's cost are held, and the direction recomputed
+            active = [(a & ~d) | h for a, d, h in zip(active, drops, hits)]
         if st is None:
             message = "dependent constraints"
             break
@@ -425,11 +454,11 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
                 new = (trial, tau_trial, value)
                 break
             step /= 2
-        signs = []
+        weights = []
         for b, a, l in zip(bases, active, lam[:-1]):
-            signs.append(np.zeros(b.shape[0]))
-            signs[-1][a] = -l
-        weights = [np.maximum(w, 0.0) for w in signs]
+            weights.append(np.zeros(b.shape[0]))
+            weights[-1][a] = np.maximum(-l, 0.0)
+        working = [a & ~d for a, d in zip(active, _released(active, lam))]
         taken += 1
         log.info("qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
                  taken, barrier, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now,
