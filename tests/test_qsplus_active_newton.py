@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from querysmasher.accounting import Budget
-from querysmasher.marginal_family import active_newton, build_problem, plan, restricted
+from querysmasher.marginal_family import active_newton, build_problem, plan, projected_cg, restricted
 from querysmasher.planners.residual import plan_residual
 from querysmasher.schema import parse_schema
 from querysmasher.solvers.qs import QSSolver
@@ -98,14 +98,14 @@ def test_the_newton_direction_keeps_the_active_cells_at_their_views_cost(skewed)
     t = [float(c.max()) for c in cells]
     active = [c >= (1 - active_newton.ACTIVE_RTOL) * m for c, m in zip(cells, t)]
     curv = [u.view_curvature(xi, z, k, y) for k, y in enumerate(ys)]
-    st = active_newton._Step(bases, active, [np.linalg.eigh(y) for y in ys], curv, None)
+    st = active_newton.StepSystem(bases, active, [np.linalg.eigh(y) for y in ys], curv, None)
     grad = (u.gradient(z), np.zeros(len(ys)))
 
     def hess(d):
         return u.hessian(xi, z, d[0]), np.zeros_like(d[1])
 
     resid = [m - c[a] for m, c, a in zip(t, cells, active)] + [np.array([0.0])]
-    x, _, k, model = active_newton._direction(st, grad, hess, resid, 400)
+    x, _, k, model = active_newton.direction(st, grad, hess, resid, 400)
     assert k > 5 and model < 0
     for got, want in zip(st.jac(x), resid):
         assert np.abs(got - want).max() <= 1e-12 * max(t)
@@ -113,7 +113,7 @@ def test_the_newton_direction_keeps_the_active_cells_at_their_views_cost(skewed)
     step = 1e-3
     trial = [y + step * d for y, d in zip(ys, x[0])]
     cost = sum(float(np.sum((b @ y) * b, axis=1).max()) for b, y in zip(bases, trial))
-    predicted = step * active_newton._dot(grad, x) + step**2 / 2 * active_newton._dot(x, hess(x))
+    predicted = step * projected_cg.dot(grad, x) + step**2 / 2 * projected_cg.dot(x, hess(x))
     assert u.state(trial)[0] * cost / sum(t) - f == pytest.approx(predicted, rel=1e-2)
 
 
@@ -170,21 +170,21 @@ def test_a_step_settles_its_active_set_and_the_next_step_keeps_the_cells_it_rele
     back up to it (CPS abs: 6,955 <-> 6,963 held of 7,000, step after step)."""
     rp, first = abs_first_temperature
     rounds = []  # per direction: (the point's eigenpairs, its cells, the held cells, their multipliers)
-    step_cls, direction = active_newton._Step, active_newton._direction
+    step_cls, direction = active_newton.StepSystem, active_newton.direction
 
     class Recording(step_cls):
         def __init__(self, bases, active, eigs, *args, **kwargs):
             super().__init__(bases, active, eigs, *args, **kwargs)
             ys = [(v * w) @ v.T for w, v in eigs]
-            self.record = (eigs, active_newton._cells(bases, ys), [a.copy() for a in active])
+            self.record = (eigs, active_newton.cell_costs(bases, ys), [a.copy() for a in active])
 
     def recording_direction(st, *args, **kwargs):
         out = direction(st, *args, **kwargs)
         rounds.append(st.record + ([l.copy() for l in out[1][:-1]],))
         return out
 
-    monkeypatch.setattr(active_newton, "_Step", Recording)
-    monkeypatch.setattr(active_newton, "_direction", recording_direction)
+    monkeypatch.setattr(active_newton, "StepSystem", Recording)
+    monkeypatch.setattr(active_newton, "direction", recording_direction)
     res = active_newton.newton_steps(rp, first.ys, first.tau, max_seconds=60, barrier=1e-3)
     assert res.steps >= 2
     released = 0

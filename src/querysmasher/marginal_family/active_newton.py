@@ -7,12 +7,8 @@ within 4e-5 of their pair's cost after the descent), the problem is locally
     min f(Y, tau)  subject to  b_i^T Y_g b_i = t_g (the active cells i of view g),  sum_g t_g + tau = 1,
 
 linear equalities in Y. :func:`newton_steps` takes Newton steps on it: each solves the
-equality-constrained quadratic model by projected conjugate gradients (Gould, Hribar and Nocedal,
-SIAM J. Sci. Comput. 23, 2001), preconditioned per view by c_g S_g^-1 (.) S_g^-1 with S_g = Y_g^1/2.
-Why that metric: at such points f's Hessian on a view acts like Y^-1 D + D Y^-1, whose spread is Y's
-condition number (1.6e5 on CPS income x age: 400 unpreconditioned iterations gained 1e-2); in this
-metric it is about its square root (about 120 iterations to 1e-6), and the projection's system is
-per view the Hadamard square of B S B^T (one Cholesky factor per view and step).
+equality-constrained quadratic model by projected conjugate gradients in a per-view metric
+(:mod:`.projected_cg`).
 
 f and its derivatives are computed densely on the union of the views' coordinates (the lower
 residuals and every view's kept top; CPS: 781): X = sum_g (1/n_g) P_g Y_g P_g^T, f = tr(G X^-1) +
@@ -65,6 +61,7 @@ import scipy.linalg
 
 from ..linalg import eigh_sym, psd_power
 from .problem import MarginalProblem
+from .projected_cg import StepSystem, cell_costs, direction
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +70,8 @@ __all__ = ["UnionSpace", "NewtonResult", "newton_steps", "MAX_UNION", "MAX_PROJE
 MAX_UNION = 3000  # union coordinates above this: dense X^-1 products too slow for hundreds of CG iterations
 MAX_PROJECTION_BYTES = 2 << 30  # the projection's per-view Hadamard blocks (active cells squared) above this: not attempted
 ACTIVE_RTOL = 1e-3  # a cell within this fraction of its view's largest cost is held at that cost
-CG_RTOL = 1e-10  # projected CG stops once <r, P r> fell by this factor
 # with a barrier, CG also stops once <r, P r> is below this fraction of the barrier's share of the gap
-# (Loans' 400-cell family at 1e-3: 400 iterations, the limit, to CG_RTOL)
+# (Loans' 400-cell family at 1e-3: 400 iterations, the limit, to projected_cg.CG_RTOL)
 CG_ENOUGH = 1e-3
 CONVERGED = 1e-10  # Newton stops once its model's decrease is below this fraction of f
 # ... or after this many steps in a row shorter than 1/2 and less than twice the one before (CPS from its first
@@ -173,123 +169,6 @@ class NewtonResult:
     message: str
 
 
-def _cells(bases, ys) -> list[np.ndarray]:
-    return [np.sum((b @ y) * b, axis=1) for b, y in zip(bases, ys)]
-
-
-class _Step:
-    """One Newton step's constraint system and metric at a point (see the module docstring)."""
-
-    def __init__(self, bases, active, eigs, curv, tau_curv, mu: float = 0.0):
-        self.nv = len(bases)
-        self.has_tau = tau_curv is not None
-        self.ab = [b[a] for b, a in zip(bases, active)]  # active cells' basis rows
-        # S = Y^1/2 without the barrier; with it (weight mu), S's eigenvalues lambda / (lambda + mu / c)^1/2,
-        # so S D S / c on the eigen-pair (i, j) is the inverse of (c (lambda_i lambda_j)^-1/2 + mu (lambda_i
-        # lambda_j)^-1) up to a factor at most 2 (geometric against arithmetic means): f's curvature where
-        # Y is large, the barrier's where it is small
-        self.roots = []
-        for (w, v), c in zip(eigs, curv):
-            w = np.maximum(w, 0.0)
-            self.roots.append((v * (w / np.sqrt(np.maximum(w + mu / c, 1e-300)))) @ v.T)
-        self.curv = curv
-        hads = []
-        for b, s, c in zip(self.ab, self.roots, curv):
-            bsb = b @ s @ b.T
-            hads.append(bsb * bsb / c)
-        diag = np.concatenate([np.diag(h) for h in hads])
-        self.share_inv = float(diag.mean()) if diag.size else 1.0  # the shares' inverse metric: the cells' scale
-        self.tau_inv = 1.0 / tau_curv if self.has_tau else 0.0
-        self.chol, self.ones = [], []
-        for h in hads:
-            h += self.share_inv  # the view's share enters every one of its cells
-            ch = scipy.linalg.cho_factor(h, lower=True, overwrite_a=True, check_finite=False)
-            self.chol.append(ch)
-            self.ones.append(scipy.linalg.cho_solve(ch, np.full(len(h), -self.share_inv)))
-        # the shares' row (sum_g t_g + tau) couples the views: eliminated by its Schur complement
-        self.schur = self.nv * self.share_inv + self.tau_inv + self.share_inv * sum(float(u.sum()) for u in self.ones)
-
-    # directions are (list of symmetric matrices, shares [+ tau])
-    def jac(self, d) -> list[np.ndarray]:
-        dys, dv = d
-        rows = [c - dv[k] for k, c in enumerate(_cells(self.ab, dys))]
-        return rows + [np.array([dv.sum()])]
-
-    def jac_t(self, lam) -> tuple[list[np.ndarray], np.ndarray]:
-        dys = [b.T @ (l[:, None] * b) for b, l in zip(self.ab, lam[:-1])]
-        dv = np.array([-float(l.sum()) for l in lam[:-1]] + ([0.0] if self.has_tau else [])) + float(lam[-1][0])
-        return dys, dv
-
-    def solve(self, w) -> list[np.ndarray]:
-        """(J M^-1 J^T)^-1 w by the per-view factors and the shares' row's Schur complement."""
-        inner = [scipy.linalg.cho_solve(ch, x, check_finite=False) for ch, x in zip(self.chol, w[:-1])]
-        lam0 = (float(w[-1][0]) + self.share_inv * sum(float(x.sum()) for x in inner)) / self.schur
-        return [x - lam0 * u for x, u in zip(inner, self.ones)] + [np.array([lam0])]
-
-    def metric_inv(self, d):
-        dys, dv = d
-        out = np.empty_like(dv)
-        out[:self.nv] = dv[:self.nv] * self.share_inv
-        if self.has_tau:
-            out[self.nv] = dv[self.nv] * self.tau_inv
-        return [s @ y @ s / c for s, y, c in zip(self.roots, dys, self.curv)], out
-
-    def project(self, r):
-        """(P r, the multipliers) with P = M^-1 - M^-1 J^T (J M^-1 J^T)^-1 J M^-1."""
-        mr = self.metric_inv(r)
-        lam = self.solve(self.jac(mr))
-        corr = self.metric_inv(self.jac_t(lam))
-        return ([a - b for a, b in zip(mr[0], corr[0])], mr[1] - corr[1]), lam
-
-
-def _dot(a, b) -> float:
-    return sum(float(np.sum(x * y)) for x, y in zip(a[0], b[0])) + float(a[1] @ b[1])
-
-
-def _axpy(alpha, x, y):
-    return [alpha * p + q for p, q in zip(x[0], y[0])], alpha * x[1] + y[1]
-
-
-def _direction(st: "_Step", grad, hess, resid, cg_iterations: int, enough: float = 0.0):
-    """The Newton direction by projected CG: (x, the multipliers, CG iterations, the model's value at
-    x); CG stops once <r, P r> is below CG_RTOL of its start or below ``enough`` (in the objective's
-    units: with the metric near the Hessian, about twice the model's decrease still to come)."""
-    x = st.metric_inv(st.jac_t(st.solve(resid)))  # restores the equalities (every active cell at its view's cost)
-    r = _axpy(1.0, hess(x), grad)
-    zr, lam = st.project(r)
-    r = _axpy(-1.0, st.jac_t(lam), r)  # the residual update (below)
-    rz0 = rz = _dot(r, zr)
-    p = ([-a for a in zr[0]], -zr[1])
-    best = (rz, x, lam)
-    k = 0
-    while k < cg_iterations and rz > max(CG_RTOL * rz0, enough):
-        hp = hess(p)
-        curvature = _dot(p, hp)
-        if curvature <= 0:
-            break
-        alpha = rz / curvature
-        x = _axpy(alpha, p, x)
-        r = _axpy(alpha, hp, r)
-        zr, step_lam = st.project(r)
-        # the residual update of Gould, Hribar and Nocedal: r less its normal part J^T lam (P r is
-        # unchanged) keeps r small, so the projection stays accurate, and the multipliers are the
-        # sum of the parts taken out; without it rounding grew r's normal part until the iterates
-        # left the equalities (a 26-cell problem: 0.4 off after 30 iterations while <r, P r> fell)
-        r = _axpy(-1.0, st.jac_t(step_lam), r)
-        lam = [a + b for a, b in zip(lam, step_lam)]
-        rz_new = _dot(r, zr)
-        k += 1
-        if rz_new <= 0 or rz_new > 1e3 * best[0]:  # rounding has taken over
-            break
-        if rz_new < best[0]:
-            best = (rz_new, x, lam)
-        p = _axpy(rz_new / rz, p, ([-a for a in zr[0]], -zr[1]))
-        rz = rz_new
-    log.debug("qsplus newton CG: %d iterations, <r, P r> %.3e from %.3e (best %.3e, enough %.3e)", k, rz, rz0, best[0], enough)
-    _, x, lam = best
-    return x, lam, k, _dot(grad, x) + 0.5 * _dot(x, hess(x))
-
-
 def _blocking(cells, dcells, dshares, active, t) -> tuple[float, list[np.ndarray]]:
     """The longest step before a free cell passes its view's cost (cells and costs are linear in the
     step), and per view the free cells that pass it within BLOCKED."""
@@ -365,7 +244,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         """f (sum_g max cost + tau), less mu_ sum_g log det (Y_g / cost): the objective at the point
         scaled to the budget, with the barrier (scale-free both)."""
         f_, _, _ = union.state(y_)
-        cost = sum(float(c.max()) for c in _cells(bases, y_)) + (tau_ if has_tau else 0.0)
+        cost = sum(float(c.max()) for c in cell_costs(bases, y_)) + (tau_ if has_tau else 0.0)
         value = (f_ + (lres / tau_ if has_tau else 0.0)) * cost
         if mu_ > 0:
             value -= mu_ * sum(_log_det(y) - len(y) * math.log(cost) for y in y_)
@@ -378,7 +257,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         if time.perf_counter() - t0 > max_seconds:
             message = "time limit"
             break
-        cells = _cells(bases, ys)
+        cells = cell_costs(bases, ys)
         total = sum(float(c.max()) for c in cells) + (tau if has_tau else 0.0)
         ys, tau, cells = [y / total for y in ys], tau / total, [c / total for c in cells]
         eigs = [eigh_sym(y) for y in ys]
@@ -414,13 +293,13 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
 
         for round_ in range(BLOCKING_ROUNDS):
             try:
-                st = _Step(bases, active, eigs, curv, 2 * lres / tau**3 if has_tau else None, mu)
+                st = StepSystem(bases, active, eigs, curv, 2 * lres / tau**3 if has_tau else None, mu)
             except np.linalg.LinAlgError:  # dependent active cells (a singular optimum): left to the descent
                 st = None
                 break
             resid = [t[k] - c[a] for k, (c, a) in enumerate(zip(cells, active))] + [np.array([0.0])]
-            x, lam, k, model = _direction(st, grad, hess, resid, cg_iterations, CG_ENOUGH * barrier * f)
-            block, hits = _blocking(cells, _cells(bases, x[0]), x[1][:nv], active, t)
+            x, lam, k, model = direction(st, grad, hess, resid, cg_iterations, CG_ENOUGH * barrier * f)
+            block, hits = _blocking(cells, cell_costs(bases, x[0]), x[1][:nv], active, t)
             drops = _released(active, lam)
             if not any(h.any() for h in hits) and not any(d.any() for d in drops) or round_ == BLOCKING_ROUNDS - 1:
                 break  # (after the last round the cells that would pass stop the step instead)
@@ -458,7 +337,7 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         for b, a, l in zip(bases, active, lam[:-1]):
             weights.append(np.zeros(b.shape[0]))
             weights[-1][a] = np.maximum(-l, 0.0)
-        working = [a & ~d for a, d in zip(active, _released(active, lam))]
+        working = [a & ~d for a, d in zip(active, drops)]  # (the last round's: it did not change the set)
         taken += 1
         log.info("qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
                  taken, barrier, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now,
@@ -484,6 +363,6 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         if short >= SHORT_STEPS:  # far from the optimum's active set or cone face: back to the descent
             message = "short steps"
             break
-    cells = _cells(bases, ys)
+    cells = cell_costs(bases, ys)
     total = sum(float(c.max()) for c in cells) + (tau if has_tau else 0.0)
     return NewtonResult([y / total for y in ys], tau / total if has_tau else 0.0, weights, accepted, message)
