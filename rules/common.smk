@@ -17,12 +17,28 @@ from querysmasher.documents import check_loaded
 from querysmasher.errors import InputError
 from querysmasher.methods import get_method
 from querysmasher.pipeline import datasets, layout
-from querysmasher.pipeline.config import check_config, format_validation_error, releasable_experiments, set_aside_unsupported
+from querysmasher.pipeline.config import (
+    check_config,
+    format_validation_error,
+    read_workflow_config,
+    releasable_experiments,
+    set_aside_unsupported,
+)
 from querysmasher.pipeline.fingerprint import library_fingerprint
 
 try:
-    # aliases (shared references) and deep nesting refused before anything walks the config;
-    # numbers written 1e-6 (a string to Snakemake's YAML 1.1 loader) become numbers
+    # Every config file read again by the project's strict reader (duplicate keys, aliases, nesting,
+    # YAML 1.2 scalars) and layered as Snakemake layers them; the result replaces Snakemake's YAML 1.1
+    # reading. workflow.configfiles lists the --configfile files, then the Snakefile's configfile:.
+    _cs = workflow.config_settings
+    _strict = read_workflow_config(
+        workflow.configfiles[len(_cs.configfiles):], list(_cs.configfiles), dict(_cs.config or {}),
+        bool(getattr(_cs, "replace_workflow_config", False)),
+    )
+    config.clear()
+    config.update(_strict)
+    # values given with --config (Snakemake's parsing): shared references and deep nesting refused,
+    # numbers written 1e-6 become numbers
     check_loaded(config, "config")
 except InputError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
@@ -59,6 +75,7 @@ def _releases():
     out = {}
     for name, raw in (config.get("releases") or {}).items():
         try:
+            layout.check_release_name(name)
             spec = parse_release_spec(raw)
             if not os.path.isfile(spec.data) or not os.path.isfile(spec.domain):
                 print(f"warning: release {name!r} skipped: {spec.data} or {spec.domain} is absent", file=sys.stderr)
@@ -421,7 +438,7 @@ def experiment_targets():
 
 
 def release_targets():
-    return [f"{R}/releases/{name}" for name in sorted(RELEASE_SPECS)]
+    return [layout.release_dir(name) for name in sorted(RELEASE_SPECS)]
 
 
 # A paper config aggregates into a folder of its own: the tables' grids differ, and one shared

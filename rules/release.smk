@@ -2,7 +2,8 @@
 # Plans, re-checks the privacy cost, measures with OpenDP's sampler (OS entropy, never seeded),
 # reconstructs and writes only the publishable tables and release.json. Its log holds release.json
 # (no record count); its benchmark file (time, memory) grows with the number of records: keep it
-# with the custodian, it is not part of the release.
+# with the custodian, it is not part of the release. Both live outside results/releases/
+# (querysmasher.pipeline.layout), so nothing but the release is ever written under a release's folder.
 
 
 rule release:
@@ -10,14 +11,14 @@ rule release:
         data=lambda wc: release_spec(wc).data,
         domain=lambda wc: release_spec(wc).domain,
     output:
-        directory(f"{R}/releases/{{name}}"),
+        directory(layout.release_dir("{name}")),
     params:
         spec=lambda wc: config["releases"][wc.name],
         lib=lib("release"),
     log:
-        f"{R}/releases/logs/{{name}}.log",
+        layout.release_log_path("{name}"),
     benchmark:
-        f"{R}/releases/benchmarks/{{name}}.tsv"
+        layout.release_benchmark_path("{name}")
     threads: 1
     resources:
         # planning the spec's tables, the custodian's records, one view at a time

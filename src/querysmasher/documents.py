@@ -10,13 +10,18 @@ value:
 * nesting deeper than :data:`MAX_DEPTH` is refused (JSON too) instead of recursing;
 * a key given twice in one mapping is refused (YAML and JSON keep the last one silently, so a
   second ``budget:`` would replace the first);
-* numbers are read as people write them: ``1e-6``, ``1.0e6`` and ``5E-7`` are floats (YAML 1.1,
-  which PyYAML implements, reads ``1e-6`` as a string);
+* scalars are resolved by the YAML 1.2 core schema, not by YAML 1.1 (which PyYAML and Snakemake
+  implement): ``1e-6`` and ``5E-7`` are floats (1.1: strings), ``010`` is ten (1.1: eight),
+  ``0o10`` eight, ``0x10`` sixteen, ``1:30`` and ``1_000`` are strings (1.1: 90 and 1000),
+  ``yes``/``no``/``on``/``off`` are strings (1.1: booleans; 1.2 has only ``true``/``false``),
+  ``2026-01-01`` is a string (1.1: a date);
 * files larger than ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`) are refused before reading,
   and text that is not UTF-8 is an error naming the file.
 
 >>> parse_yaml("delta: 1e-6\\nrho: 5E-7\\nn: 10", "spec")
 {'delta': 1e-06, 'rho': 5e-07, 'n': 10}
+>>> parse_yaml("a: 1:30\\nb: 010\\nc: 0x10\\nd: on\\ne: true", "spec")
+{'a': '1:30', 'b': 10, 'c': 16, 'd': 'on', 'e': True}
 >>> parse_yaml("a: &x [1]\\nb: *x", "spec")
 Traceback (most recent call last):
     ...
@@ -92,7 +97,30 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# The YAML 1.2 core schema's implicit types (https://yaml.org/spec/1.2.2/#1032-tag-resolution) in
+# place of PyYAML's YAML 1.1 ones: no sexagesimal, octal-by-leading-zero, underscore, yes/no/on/off
+# or timestamp forms, which silently turn what a person wrote into another value.
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_SPECIAL_FLOAT_12 = re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag == "tag:yaml.org,2002:null"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _BOOL_12, list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _SPECIAL_FLOAT_12, list("-+."))
+
+
+def _construct_int_12(loader, node):
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)  # "010" is ten in YAML 1.2
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int_12)
 
 
 def parse_yaml(text: str, field: str):

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,8 @@ from ..accounting import parse_budget
 from .datasets import resolve_data_source
 from .layout import experiment_name, problem_name
 
-__all__ = ["Experiment", "expand_grid", "check_config", "set_aside_unsupported", "releasable_experiments", "format_validation_error"]
+__all__ = ["Experiment", "expand_grid", "check_config", "set_aside_unsupported", "releasable_experiments", "format_validation_error",
+           "read_workflow_config", "merge_config"]
 
 @dataclass
 class Experiment:
@@ -44,6 +46,43 @@ class Experiment:
             "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed, "objective": self.objective,
             "neighbours": self.neighbours,
         }
+
+
+def merge_config(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` in place as Snakemake layers config files: mappings merge key by
+    key, anything else replaces. Returns ``base``.
+
+    >>> merge_config({"a": {"b": 1, "c": 2}, "d": [1]}, {"a": {"c": 3}, "d": [2]})
+    {'a': {'b': 1, 'c': 3}, 'd': [2]}
+    """
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge_config(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def read_workflow_config(workflow_files, cli_files, cli_config: dict | None, replace_workflow_config: bool = False) -> dict:
+    """The workflow's config as Snakemake layers it -- the Snakefile's ``configfile:`` files
+    (``workflow_files``, left out under ``--replace-workflow-config``), then every ``--configfile``
+    in order, then ``--config`` values -- but every file read by the project's strict reader
+    (:func:`querysmasher.documents.read_document`: duplicate keys, aliases and deep nesting refused,
+    scalars by YAML 1.2), never by Snakemake's YAML 1.1 loader, which keeps the last of two
+    ``budget:`` keys and reads ``1:30`` as 90. An InputError naming the file otherwise."""
+    from ..documents import read_document
+    from ..errors import InputError
+
+    config: dict = {}
+    files = [*([] if replace_workflow_config else workflow_files), *cli_files]
+    for path in files:
+        tree = read_document(path, "config file")
+        if tree is None:
+            continue  # an empty file adds nothing (as for Snakemake)
+        if not isinstance(tree, dict):
+            raise InputError("config file", str(path), "must be a mapping of keys to values")
+        merge_config(config, tree)
+    return merge_config(config, cli_config or {})
 
 
 def expand_grid(config: dict) -> dict[str, Experiment]:

@@ -14,6 +14,9 @@ Layout of ``results/`` (all paths relative to the working directory)::
     results/{experiment}/answers.h5           answers and variances (+ tables/ CSV when asked)
     results/{experiment}/metrics.json         predicted vs empirical RMSE, phase times, peak memory
     results/tables/*.csv, results/figures/*.png   the grid, aggregated
+    results/releases/{name}/                  a custodian's release: its published files and nothing else
+    results/logs/releases/{name}.log          its log (release.json, no record count)
+    results/benchmarks/releases/{name}.tsv    its time and memory: kept with the custodian, not published
 
 An experiment is (schema, workload, method, budget, seed); its folder is
 ``{schema}__{workload-slug}__{method}__{budget-slug}__seed{seed}`` (:func:`experiment_name`).
@@ -39,10 +42,49 @@ from pathlib import Path
 __all__ = [
     "RESULTS", "KEY_PATTERN", "NS_PATTERN", "slugify", "budget_slug", "experiment_name", "problem_name", "problem_dir", "subproblem_path",
     "batch_path", "solve_path", "solve_benchmark_path", "split_solve_path", "workload_id", "solver_namespace",
-    "method_of_namespace",
+    "method_of_namespace", "RESERVED_RELEASE_NAMES", "check_release_name", "release_dir", "release_log_path", "release_benchmark_path",
 ]
 
 RESULTS = "results"
+RELEASE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Folder names the workflow uses for its own files: a release of that name could be mistaken for
+# them (or, with an earlier layout, receive them), so no release is called so.
+RESERVED_RELEASE_NAMES = frozenset({"logs", "benchmarks", "tables", "figures", "problems", "subproblems", "batches", "solves", "paper",
+                                    "releases"})
+
+
+def check_release_name(name) -> str:
+    """A release name: a folder name of letters, digits, ``.``, ``_``, ``-`` (not first), at most 100
+    characters, not one of the workflow's own folder names; an InputError otherwise.
+
+    >>> check_release_name("census-2026")
+    'census-2026'
+    >>> check_release_name("logs")
+    Traceback (most recent call last):
+    ...
+    querysmasher.errors.InputError: release name 'logs': is a name the workflow uses for its own folders (batches, benchmarks, figures, logs, paper, problems, releases, solves, subproblems, tables): choose another
+    """
+    from ..errors import InputError
+
+    if not isinstance(name, str) or not RELEASE_NAME_PATTERN.match(name):
+        raise InputError("release name", name, "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if name.lower() in RESERVED_RELEASE_NAMES:
+        raise InputError("release name", name, f"is a name the workflow uses for its own folders ({', '.join(sorted(RESERVED_RELEASE_NAMES))}): choose another")
+    return name
+
+
+def release_dir(name: str) -> str:
+    """The published folder of release ``name`` (checked by :func:`check_release_name` when the
+    config is read; ``"{name}"`` in the rule): nothing else is ever written under it."""
+    return f"{RESULTS}/releases/{name}"
+
+
+def release_log_path(name: str) -> str:
+    return f"{RESULTS}/logs/releases/{name}.log"
+
+
+def release_benchmark_path(name: str) -> str:
+    return f"{RESULTS}/benchmarks/releases/{name}.tsv"
 KEY_PATTERN = r"[0-9a-f]{20}"
 NS_PATTERN = r"[a-z][a-z0-9]*(?:-o[0-9a-f]{8})?(?:-c[0-9a-f]{12})?"
 
