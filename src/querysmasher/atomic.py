@@ -40,12 +40,26 @@ def _is_same_file(a: Path, b: Path) -> bool:
 
 
 def check_output(path: str | os.PathLike, field: str = "--out", *, inputs=(), folder: bool = False) -> None:
-    """Refuse (InputError), before any work, an output path that
+    """The one output guard of every command: refuse (InputError), before any record is read, an
+    output path that
 
-    * is (symlinks and hard links included) one of the command's ``inputs``, or -- for a
+    * is (symlinks resolved, hard links included) one of the command's ``inputs``, or -- for a
       ``folder`` output, where ``.csv`` and ``.json`` files are written -- holds such an input file;
+    * is a symbolic link: outputs are renamed into place, which would replace the link, not write
+      where it points;
+    * exists and is neither a regular file nor a folder (a device, a FIFO, a socket);
     * is an existing folder where a file is written, or an existing file where a folder is;
+    * is an existing folder that is not empty, for a ``folder`` output (a folder is published whole,
+      never written into: a published release's files are never replaced);
     * cannot be written: its nearest existing folder is not a writable folder.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); (d / "t.csv").write_text("x")
+    1
+    >>> check_output(d, "--csv", folder=True)
+    Traceback (most recent call last):
+    ...
+    querysmasher.errors.InputError: --csv '...': exists and is not an empty folder (a folder output is never written into)
     """
     from .errors import InputError
 
@@ -60,8 +74,14 @@ def check_output(path: str | os.PathLike, field: str = "--out", *, inputs=(), fo
             inside = os.path.realpath(q)
             if os.path.commonpath([os.path.realpath(p), inside]) == os.path.realpath(p):
                 raise InputError(field, str(p), f"holds the input {str(q)!r}, which a table could overwrite: choose another folder")
+    if p.is_symlink():
+        raise InputError(field, str(p), "is a symbolic link: give the path it points to (an output replaces what is at its path)")
+    if p.exists() and not (p.is_file() or p.is_dir()):
+        raise InputError(field, str(p), "is not a regular file or folder (a device, FIFO or socket): outputs are written to files")
     if folder and p.exists() and not p.is_dir():
         raise InputError(field, str(p), "is a file, not a folder")
+    if folder and p.is_dir() and any(p.iterdir()):
+        raise InputError(field, str(p), "exists and is not an empty folder (a folder output is never written into)")
     if not folder and p.is_dir():
         raise InputError(field, str(p), "is a folder, not a file path")
     parent = p if folder and p.is_dir() else p.parent

@@ -25,6 +25,7 @@ from .threads import check_threads, limited
 __all__ = ["main", "build_parser"]
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 
 log = logging.getLogger("querysmasher.cli")
 
@@ -249,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" {exc.filename!r}" if exc.filename else ""
         print(f"querysmasher: error: file{where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C: temporary files and folders were removed on the way out
+        print("querysmasher: interrupted: nothing was published", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         unconfigure()
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, require_finite
 from .threads import at_most
 from .logs import progress
 from .plan import Plan
@@ -46,10 +46,14 @@ __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_me
 
 def check_budget(plan: Plan) -> float:
     """Recompute the plan's privacy cost from the operators measure applies; refuse it (InputError)
-    when it exceeds the plan's budget. Called before any record is read."""
+    when it exceeds the plan's budget or asks the sampler for a noise it cannot draw. Called before
+    any record is read."""
     from .accounting import check_plan_budget
+    from .noise import check_noise_scales
 
-    return check_plan_budget(plan, lambda mech: mech.applied())
+    cost = check_plan_budget(plan, lambda mech: mech.applied())
+    check_noise_scales(plan.allocation.sigma2[measured_views(plan)], "plan sigma2")
+    return cost
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, bool]:
@@ -181,6 +185,7 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
         for pos, (i, y) in enumerate(stream):
             if i != idx[pos] or y.shape != (lengths[pos],):
                 raise ValueError("measurement stream does not follow the plan's measured views")
+            require_finite(y, "measurement", f"view {pos}")
             ds[offsets[pos]:offsets[pos + 1]] = y
 
 

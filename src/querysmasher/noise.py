@@ -28,7 +28,13 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["NoiseSource", "make_noise", "as_noise", "SAMPLERS"]
+__all__ = ["NoiseSource", "make_noise", "as_noise", "SAMPLERS", "MAX_NOISE_VARIANCE", "MAX_LAPLACE_SCALE", "check_noise_scales"]
+
+# The largest noise a sampler is asked for. Beyond it OpenDP's Gaussian cannot state its privacy
+# cost (rho = 1 / (2 sigma^2) underflows: at sigma^2 = 1.79e308 its map refuses) and the noisy
+# values leave floating point; no plan of a positive budget comes near it.
+MAX_NOISE_VARIANCE = 1e300
+MAX_LAPLACE_SCALE = 1e150
 
 _MAP_RTOL = 1e-9  # OpenDP's privacy map may exceed the planned cost by rounding only
 
@@ -105,6 +111,23 @@ def _opendp_laplace(scale: float, sensitivity: float):
     if spent > allowed * (1 + _MAP_RTOL):
         raise RuntimeError(f"OpenDP's Laplace mechanism spends epsilon {spent}, more than the planned {allowed}")
     return mech
+
+
+def check_noise_scales(values, field: str, *, laplace: bool = False) -> None:
+    """Refuse (InputError), before any record is read, a noise variance (a Laplace scale with
+    ``laplace``) that is not a positive finite number at most :data:`MAX_NOISE_VARIANCE`
+    (:data:`MAX_LAPLACE_SCALE`): the samplers could not draw it, or not account for it.
+
+    >>> check_noise_scales([1.0, 4e10], "plan sigma2")
+    >>> check_noise_scales([1.79e308], "plan sigma2")
+    Traceback (most recent call last):
+    ...
+    querysmasher.errors.InputError: plan sigma2 1.79e+308: must be a positive number at most 1e+300: the noise sampler cannot draw or account for it
+    """
+    top = MAX_LAPLACE_SCALE if laplace else MAX_NOISE_VARIANCE
+    for v in np.asarray(values, dtype=float).ravel():
+        if not (0.0 < v <= top):
+            raise InputError(field, float(v), f"must be a positive number at most {top:g}: the noise sampler cannot draw or account for it")
 
 
 def as_noise(source) -> NoiseSource:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .decompose import view_query_matrix
+from .errors import require_finite
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, marginalise
 from .linalg import kron_apply
@@ -158,7 +159,7 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
         put(g, "table_offsets", t_offs)
         tables = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
         for k, v in progress(enumerate(views), desc="reconstruct", total=len(views)):  # streamed: one table in memory at a time
-            tables[t_offs[k]:t_offs[k + 1]] = rec.table(v.attrs)
+            tables[t_offs[k]:t_offs[k + 1]] = require_finite(rec.table(v.attrs), "answers", f"table of workload view {k}")
         if write_answers:
             counts = [plan.workload.view_count(v) for v in views]
             a_offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -167,8 +168,8 @@ def save_answers(path: str | Path, rec: Reconstruction, *, max_answers: int = DE
             var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             variances = ViewVarianceMemo(plan)  # views of one shape, mechanism and noise share their variances
             for k, v in progress(enumerate(views), desc="answers", total=len(views)):
-                ans[a_offs[k]:a_offs[k + 1]] = rec.view_answers(v)
-                var[a_offs[k]:a_offs[k + 1]] = variances(v)
+                ans[a_offs[k]:a_offs[k + 1]] = require_finite(rec.view_answers(v), "answers", f"workload view {k}")
+                var[a_offs[k]:a_offs[k + 1]] = require_finite(variances(v), "variances", f"workload view {k}")
     log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
@@ -223,10 +224,22 @@ def residual_released_answers(plan, answers_path, views=None):
 
 def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
     """The answers file of a plan of any kind (:mod:`querysmasher.plankinds`) from its
-    measurements file, plus per-view CSV tables in ``csv_dir`` where the kind has them."""
+    measurements file, plus per-view CSV tables in ``csv_dir`` where the kind has them: a new
+    folder published whole (:func:`querysmasher.atomic.atomic_folder`), never written into."""
+    from .atomic import atomic_folder
     from .plankinds import kind_of
 
-    return kind_of(plan).op("reconstruct_to_file")(plan, measurements, out, plan_sha256=plan_sha256, csv_dir=csv_dir, max_answers=max_answers)
+    from .tablefiles import check_table_columns
+
+    op = kind_of(plan).op("reconstruct_to_file")
+    # overflow from measurements near the float limit is refused in one line (errors.require_finite)
+    # before anything is written, not also warned about
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not csv_dir:
+            return op(plan, measurements, out, plan_sha256=plan_sha256, csv_dir=None, max_answers=max_answers)
+        check_table_columns(plan.schema)
+        with atomic_folder(csv_dir, "--csv") as tmp:
+            return op(plan, measurements, out, plan_sha256=plan_sha256, csv_dir=tmp, max_answers=max_answers)
 
 
 def has_per_view_tables(plan) -> bool:

@@ -195,13 +195,14 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .plankinds import kind_of
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
-    from .tablefiles import write_table_files
+    from .tablefiles import check_table_columns, write_table_files
 
     out = Path(out)
     check_output(out, inputs=[spec.source, spec.data, spec.domain], folder=True)
     if not Path(spec.data).is_file():
         raise InputError("release spec: data", spec.data, "does not exist")
     schema = parse_schema(spec.domain)
+    check_table_columns(schema)
     workload = release_workload(spec.tables, schema)
     plan = make_plan(schema, workload, spec.method, spec.budget)
     kind = kind_of(plan)

@@ -28,7 +28,29 @@ from .families import count_1d
 from .filenames import distinct_file_names
 from .workload import WorkloadView
 
-__all__ = ["write_table_files"]
+__all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
+
+# Columns the table files add beside the attributes' own (a cell table's estimate and standard
+# error, a postprocessed table's count, an answer file's query number and answer).
+VALUE_COLUMNS = ("estimate", "std_error", "count", "query", "answer")
+
+
+def check_table_columns(schema, field: str = "domain") -> None:
+    """Refuse (InputError) a schema with an attribute named like a table file's value column: its
+    column would be overwritten by (or be read as) the estimate. Called before any record is read.
+
+    >>> from querysmasher.schema import parse_schema, _schema_from_mapping
+    >>> check_table_columns(parse_schema("synthetic:n=2,d=2"))
+    >>> check_table_columns(_schema_from_mapping("d", {"age": 3, "estimate": 2}))
+    Traceback (most recent call last):
+    ...
+    querysmasher.errors.InputError: domain attribute 'estimate': is the name of a column of the table files (estimate, std_error, count, query, answer): rename the attribute
+    """
+    from .errors import InputError
+
+    for name in schema.names:
+        if name in VALUE_COLUMNS:
+            raise InputError(f"{field} attribute", name, f"is the name of a column of the table files ({', '.join(VALUE_COLUMNS)}): rename the attribute")
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -78,6 +100,7 @@ def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: 
     (computed only for views that are written), ``total`` the estimated total the postprocessed
     tables are rescaled to (None: no postprocessed tables)."""
     folder = Path(folder)
+    check_table_columns(plan.schema)
     index: dict = {"tables": [], "answers": [], "postprocessed": []}
     names = plan.schema.names
     views = [attrs for attrs, *_ in tables]

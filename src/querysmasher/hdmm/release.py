@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import h5read as r
-from ..errors import InputError
+from ..errors import InputError, require_finite
 from ..families import query_matrix_1d
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..linalg import kron_apply
-from ..noise import as_noise, make_noise
+from ..noise import as_noise, check_noise_scales, make_noise
 from .plan import MAX_DOMAIN_CELLS, HDMMPlan, check_domain, check_hdmm_budget, noise_cost
 
 if TYPE_CHECKING:
@@ -84,7 +84,12 @@ def check_measurable(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) -
     or when the plan's privacy cost, recomputed from the operators measure applies, exceeds its
     budget (:func:`~.plan.check_hdmm_budget`); returns that cost."""
     check_domain(plan, max_domain_cells)
-    return check_hdmm_budget(plan)
+    cost = check_hdmm_budget(plan)
+    if plan.noise == "laplace":
+        check_noise_scales(plan.allocation.scales, "plan Laplace scale", laplace=True)
+    else:
+        check_noise_scales([s2 for s2 in plan.allocation.sigma2 if np.isfinite(s2)], "plan sigma2")
+    return cost
 
 
 def _full_vector(plan: HDMMPlan, records: Records, max_domain_cells: int) -> np.ndarray:
@@ -98,9 +103,13 @@ def measure_hdmm_to_file(plan: HDMMPlan, records: Records, noise, path: str | Pa
     """The release for an HDMM plan: each group's noisy strategy answers, nothing else."""
     noise = as_noise(noise)
     meas = hdmm_measure(plan, _full_vector(plan, records, max_domain_cells), noise, max_domain_cells=max_domain_cells)
+    for gi, blocks in enumerate(meas.y):
+        for y in blocks:
+            require_finite(y, "measurement", f"group {gi}")
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256
         f.attrs["seeded"] = bool(noise.seeded)
+        f.attrs["sampler"] = noise.sampler
         f.attrs["method"] = "hdmm"
         put_json(f, "budget", plan.budget.to_dict())
         groups = new_group(f, "groups")
@@ -137,7 +146,7 @@ def reconstruct_hdmm_to_file(plan: HDMMPlan, measurements: str | Path, out: str 
         if r.text(f, "plan_sha256") != plan_sha256:
             raise InputError("measurements file", str(measurements), "was made with a different plan (plan_sha256 differs)")
         meas = _read_measurements(f, plan)
-    answers = hdmm_reconstruct(plan, meas)
+    answers = [require_finite(a, "answers", f"workload view {k}") for k, a in enumerate(hdmm_reconstruct(plan, meas))]
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
     with atomic_h5(out, kind="answers") as f:
         f.attrs["workload"] = plan.workload.spec

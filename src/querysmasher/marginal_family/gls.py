@@ -25,12 +25,14 @@ import numpy as np
 import scipy.linalg
 
 from ..decompose import view_query_matrix
+from ..errors import InputError
 from ..families import query_matrix_1d
 from ..linalg import psd_power
 from ..mechanisms.base import factor_pair_distance
 from .basis import from_residual, to_residual, view_coords
 
-__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries"]
+__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries",
+           "check_estimable"]
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ class _Solver:
             pos = c.positions(t)
             x = plan.residual_mechanism(j).dense_x() / plan.residual_sigma2[j]
             y = to_residual(to_residual(x, sz).T, sz).T / math.prod(sz)
-            self.res[t] = (pos, np.linalg.pinv(y[np.ix_(pos, pos)], hermitian=True))
+            self.res[t] = (pos, np.linalg.pinv(y[np.ix_(pos, pos)], hermitian=True), y[np.ix_(pos, pos)])
 
     def solve(self, measurements: list[Measurement], ys: list[np.ndarray]) -> dict:
         """phî as {subset: coordinates} for every top, residual-only and lower subset."""
@@ -172,7 +174,7 @@ class _Solver:
                 btop[m.attrs] = r[v.top]
                 bl[v.low_glob] += r[v.low]
             else:
-                pos, _ = self.res[m.attrs]
+                pos = self.res[m.attrs][0]
                 bres[m.attrs] = r[pos]
         rhs = bl.copy()
         for k, v in enumerate(p.views):
@@ -182,7 +184,7 @@ class _Solver:
         for k, v in enumerate(p.views):
             ainv, kk, _ = self.elim[k]
             tops[v.attrs] = ainv @ btop[v.attrs] - kk @ phil[v.low_glob]
-        for t, (pos, pinv) in self.res.items():
+        for t, (pos, pinv, _) in self.res.items():
             tops[t] = pinv @ bres[t]
         return {"lower": phil, "tops": tops}
 
@@ -205,6 +207,35 @@ class _Solver:
         lp = np.concatenate(lower_pos) if lower_pos else np.zeros(0, dtype=np.int64)
         lg = np.concatenate(lower_glob) if lower_glob else np.zeros(0, dtype=np.int64)
         return c, sz, lp, lg, tops, res
+
+
+ESTIMABLE_RTOL = 1e-8  # a query's part outside its residual mechanism's range, relative to the part
+
+
+def check_estimable(plan) -> None:
+    """Refuse (InputError), before any record is read, a plan whose measurements do not determine
+    every workload query: the normal equations of its marginal views are singular (a zeroed or
+    rank-deficient mechanism), or a query has a part on a residual-only subset outside the range of
+    that subset's mechanism. :func:`reconstruct` relies on both; measuring such a plan would spend
+    the budget on answers that cannot be given."""
+    try:
+        sol = _Solver(plan)
+    except (np.linalg.LinAlgError, ValueError):
+        raise InputError("plan", plan.method, "its mechanisms do not determine every workload query (singular normal equations): "
+                         "measuring it would spend the budget on answers that cannot be given") from None
+    for v in plan.workload.views:
+        _, sz, _, _, _, res = sol.view_layout(v.attrs)
+        if not res:
+            continue
+        qu = to_residual(view_queries(plan.workload, v), sz)
+        for s, pos in res:
+            z = qu[:, pos]
+            pinv, y = sol.res[s][1], sol.res[s][2]
+            outside = np.linalg.norm(z - z @ pinv @ y)
+            if outside > ESTIMABLE_RTOL * max(np.linalg.norm(z), 1e-300) and outside > 0:
+                name = ",".join(plan.schema.names[a] for a in s)
+                raise InputError("plan", plan.method, f"the mechanism of residual view ({name}) does not reach the workload's queries on it: "
+                                 "measuring it would spend the budget on answers that cannot be given")
 
 
 def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None,

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import h5read as r
-from ..errors import InputError
+from ..errors import InputError, require_finite
 from ..io import atomic_h5, new_group, open_h5, put, put_json
-from ..noise import as_noise
+from ..noise import as_noise, check_noise_scales
 from ..tablefiles import write_table_files
-from .gls import applied_privacy_cost, measure_marginals, measurement_operators, reconstruct
+from .gls import applied_privacy_cost, check_estimable, measure_marginals, measurement_operators, reconstruct
 
 __all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers", "marginal_release_tables",
            "marginal_table_data"]
@@ -32,10 +32,15 @@ MAX_TABLE_CELLS = 4096  # cell variances of a workload view's table: explicit (c
 
 
 def check_marginal_plan(plan) -> float:
-    """The privacy cost of the operators measure applies; an InputError above the plan's budget."""
-    cost = applied_privacy_cost(measurement_operators(plan), plan.budget.neighbours)
+    """The privacy cost of the operators measure applies; an InputError above the plan's budget,
+    for a noise scale the sampler cannot draw, or when the measurements would not determine every
+    workload query (:func:`.gls.check_estimable`). Called before any record is read."""
+    ops = measurement_operators(plan)
+    check_noise_scales([m.sigma2 for m in ops], "plan sigma2")
+    cost = applied_privacy_cost(ops, plan.budget.neighbours)
     if not np.isfinite(cost) or cost > plan.budget.beta:
         raise InputError("plan", plan.method, f"its applied operators cost beta {cost!r}, above the budget {plan.budget.beta!r}")
+    check_estimable(plan)
     return cost
 
 
@@ -82,9 +87,12 @@ def measure_marginal_to_file(plan, records, noise, path: str | Path, *, plan_sha
     noise = as_noise(noise)
     sizes = plan.schema.sizes
     ys = measure_marginals(plan, lambda attrs: marginal(records, tuple(attrs), sizes), noise, budget_check=False)
+    for i, y in enumerate(ys):
+        require_finite(y, "measurement", i)
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256
         f.attrs["seeded"] = bool(noise.seeded)
+        f.attrs["sampler"] = noise.sampler
         f.attrs["method"] = "qsplus"
         put_json(f, "budget", plan.budget.to_dict())
         g = new_group(f, "measurements")
@@ -109,6 +117,9 @@ def reconstruct_marginal_to_file(plan, measurements: str | Path, out: str | Path
     ans = reconstruct(plan, ys, ops=ops, cell_variances=bool(csv_dir), max_cells=MAX_TABLE_CELLS)
     answers = [np.asarray(a, dtype=np.float64).ravel() for a in ans.answers]
     variances = [np.asarray(v, dtype=np.float64).ravel() for v in ans.variances]
+    for k, (a, v) in enumerate(zip(answers, variances)):
+        require_finite(a, "answers", f"workload view {k}")
+        require_finite(v, "variances", f"workload view {k}")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
     with atomic_h5(out, kind="answers") as f:
         f.attrs["workload"] = plan.workload.spec
