@@ -1,14 +1,23 @@
 """Reading confidential records: validation, encoding, and marginals.
 
-Records arrive as CSV or Parquet with one column per schema attribute holding integer codes
-0..size-1. A domain file may instead list, per attribute, ``categories`` (raw values in order) or
-numeric ``bins`` (edges e_0 < ... < e_size; a value v is coded i when e_i <= v < e_{i+1}, the last
-bin closed on the right), and then raw values are encoded here.
+Records arrive as CSV (plain, or compressed as pandas infers from the suffix: .gz, .bz2, .zip, .xz,
+.zst with zstandard installed) or Parquet, with one column per schema attribute holding integer
+codes 0..size-1. A domain file may instead list, per attribute, ``categories`` (raw values in order)
+or numeric ``bins`` (edges e_0 < ... < e_size; a value v is coded i when e_i <= v < e_{i+1}, the
+last bin closed on the right), and then raw values are encoded here.
 
-Bad data never goes through silently: a missing column, a NaN, a non-integer code or a value outside
-the domain raises an :class:`InputError` naming the column, the number of offending rows and the
-first row numbers (1-based data rows). ``on_invalid="drop"`` is the only way on: offending rows are
-dropped and counted, and the privacy guarantee then holds for the cleaned data set.
+Every format goes through one reader and the same checks. The header (a CSV's first non-blank line,
+a Parquet file's column names) must name every schema attribute, each once; a first line that looks
+like a data record is refused. Bad data never goes through silently: a missing column, a NaN, a
+non-integer code or a value outside the domain raises an :class:`InputError` naming the column, the
+number of offending rows and the first row numbers (1-based data rows). ``on_invalid="drop"`` is
+the only way on: offending rows are dropped and counted, and the privacy guarantee then holds for
+the cleaned data set.
+
+Messages end up in tickets and logs, so they never hold a value read from the records: they name
+schema attributes (from the domain, not the records), positions, row numbers and counts; a header
+cell that is not a schema attribute is named by its position, and a reader's own message is passed
+on only when it is known to quote nothing of the file.
 
 >>> import pandas as pd
 >>> from querysmasher.schema import parse_schema
@@ -20,6 +29,7 @@ dropped and counted, and the privacy guarantee then holds for the cleaned data s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +45,8 @@ if TYPE_CHECKING:  # pandas (with pyarrow) is half a second of import: only read
 __all__ = ["Records", "load_records", "validate_records", "marginal", "read_encodings", "warn_dropped"]
 
 FIRST_ROWS = 5
+PARQUET = (".parquet", ".pq")
+COMPRESSED = (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")  # pandas infers these from the suffix
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,37 +127,115 @@ def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
             raise InputError(f"domain file {path}: bins of {name!r}", f"{edges[k]:g}, {edges[k + 1]:g}", "edges must be strictly increasing")
 
 
+# What a reader said that is worth passing on: library text with line numbers and counts. Any other
+# message is replaced by its class name, since some quote the file (gzip: "Not a gzipped file (b'37')").
+_SAFE_REASONS = re.compile("|".join((
+    r"Expected \d+ fields in line \d+, saw \d+",
+    r"EOF inside string starting at row \d+",
+    r"Not a gzipped file",
+    r"Compressed file ended before the end-of-stream marker was reached",
+    r"Error -?\d+ while decompressing data",
+    r"Invalid data stream",
+    r"Input format not supported by decoder",
+    r"Corrupt input data",
+    r"File is not a zip file",
+    r"(Multiple|Zero) files found in ZIP file",
+    r"Parquet magic bytes not found in footer",
+    r"Parquet file size is \d+ bytes, smaller than the minimum file footer \(\d+ bytes\)",
+)))
+
+
 def _read_table(path: str | Path) -> pd.DataFrame:
-    import csv
+    """The records file as written: one column per header cell, labelled by the cell (duplicates kept,
+    an empty cell labelled ''), every data row below it.
 
-    import pandas as pd
-
+    One path for every format, so that :func:`validate_records` checks every header alike: a CSV (plain
+    or compressed, as pandas infers from the suffix) is parsed with ``header=None`` and its first row,
+    after any blank lines, taken as the header; pandas' own header handling would rename a second
+    'age' to 'age.1', leaving no way to tell which one holds the data. A Parquet file's column names
+    are its header.
+    """
     p = Path(path)
     if not p.is_file():
         raise InputError("data file", str(p), "does not exist")
+    parquet = p.suffix in PARQUET
     try:
-        if p.suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(p)
-            header = [str(c) for c in frame.columns]
-        else:
-            header = _csv_header(p)
-            frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
-    except (ValueError, OSError, pd.errors.ParserError, csv.Error) as exc:
-        raise InputError("data file", str(p), f"cannot be read ({exc})") from None
-    seen: set[str] = set()
-    for name in header:  # pandas renames a second 'age' to 'age.1': which one holds the data?
-        if name in seen:
-            raise InputError("data file", str(p), f"names the column {name!r} twice")
-        seen.add(name)
+        return _read_parquet(p) if parquet else _read_csv(p)
+    # A corrupted file fails in any of a dozen unrelated classes (a decompressor's EOFError, LZMAError,
+    # zlib.error, BadZipFile or zstandard's ZstdError; pyarrow's OSError, or KeyError from mangled
+    # pandas metadata): each is the file's fault, and one line, not a traceback.
+    except Exception as exc:
+        kind = "Parquet" if parquet else f"{p.suffix}-compressed CSV" if p.suffix in COMPRESSED else "CSV"
+        raise InputError("data file", str(p), f"cannot be read as {kind} ({_unreadable(exc)})") from None
+
+
+def _read_csv(p: Path) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = pd.read_csv(p, header=None, dtype=str, keep_default_na=False, na_values=[""])
+    frame = rows.iloc[1:].reset_index(drop=True)
+    frame.columns = ["" if pd.isna(c) else c for c in rows.iloc[0]]
     return frame
 
 
-def _csv_header(p: Path) -> list[str]:
-    """The column names of a CSV file's first line, as written (pandas would rename duplicates)."""
-    import csv
+def _read_parquet(p: Path) -> pd.DataFrame:
+    # pyarrow directly, as pandas.read_parquet does, since that one refuses a name written twice with a
+    # message quoting it: here the duplicate reaches the header check, which quotes only attributes.
+    import pyarrow.parquet as pq
 
-    with open(p, newline="", encoding="utf-8", errors="replace") as f:
-        return next(csv.reader(f), [])
+    with pq.ParquetFile(p) as f:
+        return f.read(use_pandas_metadata=True).to_pandas()
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why a reader failed, in words holding nothing of the file."""
+    import pandas as pd
+
+    if isinstance(exc, pd.errors.EmptyDataError):
+        return "it holds no header line"
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    if isinstance(exc, ImportError):  # pandas' own words on a missing optional package (zstandard)
+        return str(exc)
+    said = _SAFE_REASONS.search(str(exc))
+    return said.group() if said else type(exc).__name__
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # a header cell that is a number is a value
+
+
+def _check_header(columns: pd.Index, schema: Schema) -> None:
+    """Refuse a header that does not say which column holds which attribute.
+
+    The header's cells come from the records file: a cell that is not a schema attribute's name may
+    be a value (a headerless file's first record), so it is named by its position, never quoted.
+    """
+    names = [str(c) for c in columns]
+    where = ("data header", f"{len(names)} columns")
+    missing = [a for a in schema.names if a not in names]
+    if len(missing) == len(schema.names):
+        numbers = sum(bool(_NUMBER.fullmatch(n.strip())) for n in names)
+        if numbers or len(names) == len(schema.names):
+            looks = f"{numbers} of its {len(names)} cells are numbers" if numbers else "it has one cell per attribute"
+            raise InputError(*where, f"is not a header: no cell names a schema attribute ({_listed(schema.names)}) "
+                                     f"and {looks}: is the header line missing, or are the columns named otherwise?")
+    first: dict[str, int] = {}
+    for i, name in enumerate(names, 1):
+        if name in first:  # pandas would rename the second one: which one holds the data?
+            if name in schema.names:
+                raise InputError(*where, f"names the column {name!r} twice")
+            raise InputError(*where, f"columns {first[name]} and {i} have the same name (not a schema attribute)")
+        first[name] = i
+    if missing:
+        others = sum(n not in schema.names for n in names)
+        besides = f" (the header's other {others} columns are not schema attributes)" if others else ""
+        listed = ", ".join(repr(m) for m in missing)
+        raise InputError(*where, f"missing column(s) {listed} of schema {schema.name!r}{besides}")
+
+
+def _listed(names: tuple[str, ...], shown: int = 5) -> str:
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _bad(column: str, mask: np.ndarray, what: str) -> InputError:
@@ -197,9 +287,7 @@ def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str
     """Check and encode a table against the schema (see the module docstring)."""
     if on_invalid not in ("error", "drop"):
         raise InputError("--on-invalid", on_invalid, "must be 'error' or 'drop'")
-    missing = [a for a in schema.names if a not in frame.columns]
-    if missing:
-        raise InputError("data", f"columns {list(frame.columns)[:20]}", f"missing column(s) {', '.join(repr(m) for m in missing)} of schema {schema.name!r}")
+    _check_header(frame.columns, schema)
     encodings = encodings or {}
     cols, bad_rows = [], np.zeros(len(frame), dtype=bool)
     for a in schema.attributes:
