@@ -231,3 +231,25 @@ def test_release_json_records_the_sampler(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     assert main(["release", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "-q"]) == 0
     assert json.loads((tmp_path / "out" / "release.json").read_text())["sampler"] == "opendp"
+
+
+def _rank_deficient_residual(f):
+    """Each one-attribute (kron) mechanism made singular along a cell its centred workload needs
+    (a row and column of its PSD factor zeroed: still PSD, its cost can only fall)."""
+    def edit(name, obj):
+        if isinstance(obj, h5py.Group) and obj.attrs.get("kind") == "kron" and "m0" in obj and obj["m0"].shape[0] > 1:
+            x = obj["m0"][()]
+            x[0, :] = x[:, 0] = 0.0
+            obj["m0"][...] = x
+    f.visititems(edit)
+
+
+def test_a_residual_plan_that_cannot_answer_its_workload_is_refused_before_records_are_read(tmp_path, capsys, monkeypatch):
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (40, 2)), columns=["a0", "a1"]).to_csv(tmp_path / "d.csv", index=False)
+    plan = tmp_path / "p.h5"
+    assert main(["plan", "--schema", "synthetic:n=3,d=2", "--workload", "prefix:1", "--method", "qs", "--out", str(plan), "-q"]) == 0
+    bad = _edited(plan, tmp_path / "bad.h5", _rank_deficient_residual)
+    _no_records(monkeypatch)
+    assert main(["measure", "--plan", str(bad), "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.h5"), "--seed", "1"]) == 2
+    _one_line_error(capsys, "cannot be given")
+    assert not (tmp_path / "m.h5").exists()

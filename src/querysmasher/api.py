@@ -128,16 +128,16 @@ def measure(plan: Plan, data, *, seed: int | None = None, sampler: str | None = 
     """Run the plan's mechanisms on records (a pandas DataFrame with one integer-code column per
     attribute, a CSV/Parquet path, or :class:`~querysmasher.data.Records`): the release.
 
-    The privacy cost is re-checked before the records are read. Noise comes from OpenDP's
+    The privacy cost and estimability are re-checked before the records are read. Noise comes from OpenDP's
     floating-point-safe sampler with the operating system's entropy; ``seed`` switches to numpy's
     seeded generator for experiments only (the release is then marked as seeded); see
     :func:`querysmasher.noise.make_noise`. ``threads``: for numerical work (default 1)."""
     from .data import warn_dropped
-    from .measure import check_budget
+    from .measure import check_plan
     from .measure import measure as measure_records
     from .noise import make_noise
 
-    check_budget(plan)
+    check_plan(plan)  # the kind's check: privacy cost, noise scales, estimability
     noise = make_noise(seed, sampler)
     records = _records(plan, data, domain=domain, on_invalid=on_invalid)
     warn_dropped(records)

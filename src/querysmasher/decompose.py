@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from .families import gram_1d, pair_query_matrix, random_query_matrix
-from .linalg import MatrixStore, centering, content_hash, kron_dense, project_gram
+from .linalg import MatrixStore, centering, content_hash, kron_apply, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
 __all__ = [
@@ -103,6 +103,18 @@ class SubworkloadGram:
         for t in self.terms:
             g += t.coef * (term_gram(store[t.factors[0]]) if t.dense else kron_dense([store[f] for f in t.factors]))
         return g
+
+    def apply(self, store: MatrixStore, x: np.ndarray) -> np.ndarray:
+        """G x for x over the view's cells, term by term (mode products for Kronecker terms, F^T (F x)
+        for factored dense terms): no c x c matrix is formed."""
+        out = np.zeros(self.cells)
+        for t in self.terms:
+            if t.dense:
+                m = store[t.factors[0]]
+                out += t.coef * (m.T @ (m @ x) if is_factor(m) else m @ x)
+            else:
+                out += t.coef * kron_apply([store[f] for f in t.factors], x, self.sizes)
+        return out
 
     def factor(self, store: MatrixStore) -> np.ndarray:
         """F with G = F^T F: the stacked factors of the terms, sqrt(coef) times (a subquery matrix,

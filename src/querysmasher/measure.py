@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never
 log = logging.getLogger(__name__)
 
 __all__ = ["Measurements", "measure", "measure_iter", "measured_views", "save_measurements", "load_measurements", "plan_digest", "make_rng",
-           "check_budget", "check_plan", "measure_residual_to_file", "measure_plan_to_file"]
+           "check_budget", "check_plan", "measure_residual_to_file", "measure_plan_to_file", "check_estimable", "check_residual_plan"]
 
 
 def check_budget(plan: Plan) -> float:
@@ -53,6 +53,52 @@ def check_budget(plan: Plan) -> float:
 
     cost = check_plan_budget(plan, lambda mech: mech.applied())
     check_noise_scales(plan.allocation.sigma2[measured_views(plan)], "plan sigma2")
+    return cost
+
+
+ESTIMABLE_RTOL = 1e-6  # the part of G r outside the range of X, relative to G r
+
+
+def check_estimable(plan: Plan) -> None:
+    """Refuse (InputError), before any record is read, a residual plan whose measurements do not
+    determine every workload query: a residual view whose subworkload Gram G is not zero must be
+    measured, and G must lie in the range of its mechanism X, which :mod:`querysmasher.reconstruct`
+    relies on (it applies X^+; outside the range the answers would be biased and their variances
+    wrong). Tested on one random vector in the range of G per view: g = G r is compared with
+    P g = X^(+1/2) X^(1/2) g, the projection through the operators measure and reconstruct apply (a
+    part of G outside the range shows in g with probability one). The workload is decomposed again,
+    as the planner did (seconds at the paper's largest scale); full-domain plans are left to their
+    planner's own check."""
+    from .decompose import decompose
+    from .fulldomain import is_full_domain_plan
+
+    if is_full_domain_plan(plan):
+        return
+    dec = decompose(plan.workload)
+    index = {attrs: i for i, attrs in enumerate(plan.views)}
+    rng = np.random.default_rng(0)  # a probe of the plan, not of the data
+    names = plan.schema.names
+    for attrs, gram in dec.grams.items():
+        if not gram.trace > 0:
+            continue
+        view = "(" + ",".join(names[a] for a in attrs) + ")"
+        i = index.get(attrs)
+        if i is None or not np.isfinite(plan.allocation.sigma2[i]):
+            raise InputError("plan", plan.method, f"residual view {view} of the workload is not measured: measuring the plan would spend the budget on "
+                             "answers that cannot be given")
+        mech = plan.solutions[plan.keys[i]].mechanism
+        g = gram.apply(dec.store, rng.standard_normal(gram.cells))
+        outside = np.linalg.norm(g - mech.pinv_sqrt_apply(mech.sqrt_apply(g)))
+        if not outside <= ESTIMABLE_RTOL * np.linalg.norm(g):
+            raise InputError("plan", plan.method, f"the mechanism of residual view {view} does not reach the workload's queries on it: measuring "
+                             "the plan would spend the budget on answers that cannot be given")
+
+
+def check_residual_plan(plan: Plan) -> float:
+    """The residual kind's check before any record is read: the privacy cost (:func:`check_budget`)
+    and estimability (:func:`check_estimable`). Returns the cost."""
+    cost = check_budget(plan)
+    check_estimable(plan)
     return cost
 
 

@@ -101,7 +101,7 @@ def kind_of(plan) -> PlanKind:
 register_plan_kind(PlanKind(
     "plan", "querysmasher.plan:Plan", True,
     save="querysmasher.planfile:save_plan", load="querysmasher.planfile:load_plan",
-    check="querysmasher.measure:check_budget",
+    check="querysmasher.measure:check_residual_plan",
     measure_to_file="querysmasher.measure:measure_residual_to_file",
     reconstruct_to_file="querysmasher.reconstruct:reconstruct_residual_to_file",
     released_answers="querysmasher.reconstruct:residual_released_answers",
