@@ -121,7 +121,7 @@ MEASURE = [
     ("domain multi-line yaml error", lambda d, p, m, x, o: ["--domain", _csv(d, "d1.yaml", "a0:\n  bins: [0, 1\n  - x: : :\n")], "is not valid YAML"),
     ("domain bins vs size", lambda d, p, m, x, o: ["--domain", _csv(d, "d2.yaml", "a0: {bins: [0, 1, 2]}\n")], "size + 1 = 5"),
     ("domain bins unsorted", lambda d, p, m, x, o: ["--domain", _csv(d, "d3.yaml", "a0: {bins: [0, 2, 1, 3, 4]}\n")], "strictly increasing"),
-    ("domain bins not numbers", lambda d, p, m, x, o: ["--domain", _csv(d, "d4.yaml", "a0: {bins: [0, a, 1, 3, 4]}\n")], "list of numbers"),
+    ("domain bins not numbers", lambda d, p, m, x, o: ["--domain", _csv(d, "d4.yaml", "a0: {bins: [0, a, 1, 3, 4]}\n")], "finite numbers (bin edges)"),
     ("domain duplicate categories", lambda d, p, m, x, o: ["--domain", _csv(d, "d5.yaml", "a1: {categories: [x, y, x, z]}\n")], "appears twice"),
     ("domain categories vs size", lambda d, p, m, x, o: ["--domain", _csv(d, "d6.yaml", "a1: {categories: [x, y]}\n")], "exactly the plan's size 4"),
     ("domain unknown attribute", lambda d, p, m, x, o: ["--domain", _csv(d, "d7.yaml", "zz: {categories: [x]}\n")], "'zz'"),

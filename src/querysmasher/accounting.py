@@ -25,17 +25,53 @@ Either way beta is equivalent to
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["Budget", "PureBudget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA", "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "NEIGHBOURS", "view_costs", "plan_privacy_cost", "check_plan_budget"]
+__all__ = [
+    "Budget", "PureBudget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA",
+    "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "MIN_DELTA", "check_delta", "NEIGHBOURS", "view_costs",
+    "plan_privacy_cost", "check_plan_budget",
+]
 
 DEFAULT_REPORT_DELTA = 1e-6
 NEIGHBOURS: tuple[str, ...] = ("add-remove", "replace")
+# The smallest delta a budget may have (asked for, or reported at). delta_for is accurate to 1e-9
+# relative only while its result is a normal float: below 2.2e-308 (subnormals) digits are lost, and
+# from about 1e-318 down the beta chosen for a delta had a true delta up to 1.5 times the one asked
+# (5e-324). The floor keeps every delta compared well inside normal floats; no guarantee needs less.
+MIN_DELTA = 1e-300
 
 
 _ASYMPTOTIC_BELOW = -30.0  # log Phi(x) by its asymptotic series below this (erfc underflows near -37)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _mills_tail(t: float) -> float:
+    """t R(t) - 1 for t >= -_ASYMPTOTIC_BELOW (= 30), R(t) = Phi(-t) / phi(t) the Mills ratio, by its
+    asymptotic series -1/t^2 + 3/t^4 - 15/t^6 + ...: at t >= 30 the terms fall by a factor of at
+    least 36 each, so twelve of them are exact to double precision."""
+    inv2 = 1.0 / (t * t)
+    term, total = 1.0, 0.0
+    for k in range(1, 13):
+        term *= -(2 * k - 1) * inv2
+        total += term
+    return total
+
+
+def _mills(t: float) -> float:
+    """Phi(-t) / phi(t) for t >= -1 and t/sqrt(2) < 26 (exp(z^2) erfc(z), both in range)."""
+    z = t / math.sqrt(2.0)
+    return math.sqrt(math.pi / 2.0) * math.exp(z * z) * math.erfc(z)
+
+
+def _log_mills(t: float) -> float:
+    """log R(t) for t >= 0 (R the Mills ratio), without the cancellation of log Phi(-t) + t^2 / 2."""
+    if t < -_ASYMPTOTIC_BELOW:
+        return math.log(_mills(t))
+    return math.log1p(_mills_tail(t)) - math.log(t)
 
 
 def log_ndtr(x: float) -> float:
@@ -50,32 +86,50 @@ def log_ndtr(x: float) -> float:
         if x > 0:  # Phi(x) = 1 - Phi(-x): log1p keeps the tiny upper tail
             return math.log1p(-0.5 * math.erfc(x / math.sqrt(2.0)))
         return math.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
-    # Phi(x) = phi(x) / |x| * (1 - 1/x^2 + 3/x^4 - 15/x^6 + ...): at |x| >= 30 the terms fall by
-    # at least 1/900 each, so twelve of them are exact to double precision.
-    inv2 = 1.0 / (x * x)
-    series, term = 1.0, 1.0
-    for k in range(1, 13):
-        term *= -(2 * k - 1) * inv2
-        series += term
-    return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2.0 * math.pi) + math.log(series)
+    return -0.5 * x * x - _LOG_SQRT_2PI + _log_mills(-x)  # Phi(x) = phi(x) R(-x)
 
 
 def _log_delta_terms(beta: float, eps: float) -> tuple[float, float]:
+    """The logs of delta's two terms, Phi(x) and e^eps Phi(-t), with x = (beta/2 - eps)/s and
+    t = (beta/2 + eps)/s, s = sqrt(beta). The second is phi(x) R(t) (t^2 = x^2 + 2 eps), which
+    cancels nothing, where eps + log Phi(-t) cancels two numbers of about beta/2: from beta ~ 1e16
+    it lost the digits delta needs (at beta 1e20 it reported epsilon 5e19 at delta 1e-6 for a true
+    delta of 1). beta/2 - eps is exact when the two are close (Sterbenz), so x keeps its digits."""
     s = math.sqrt(beta)
-    return log_ndtr(s / 2 - eps / s), eps + log_ndtr(-s / 2 - eps / s)
+    x, t = (beta / 2 - eps) / s, (beta / 2 + eps) / s
+    return log_ndtr(x), -0.5 * x * x - _LOG_SQRT_2PI + _log_mills(t)
 
 
-# delta_for is accurate to about 1e-9 relative (tests compare it with 60-digit arithmetic); budgets
-# are chosen so that the delta they report holds with this margin to spare.
+def check_delta(delta: float, field: str = "delta") -> float:
+    """``delta`` when it is in [:data:`MIN_DELTA`, 1), else an InputError naming ``field``.
+
+    >>> check_delta(1e-6), check_delta(1e-300)
+    (1e-06, 1e-300)
+    >>> check_delta(5e-324, "--delta")
+    Traceback (most recent call last):
+        ...
+    querysmasher.errors.InputError: --delta 5e-324: must be in [1e-300, 1): smaller deltas exceed float accuracy
+    """
+    if not MIN_DELTA <= delta < 1:  # nan fails too
+        why = ": smaller deltas exceed float accuracy" if 0 < delta < MIN_DELTA else ""
+        raise InputError(field, delta, f"must be in [{MIN_DELTA:g}, 1){why}")
+    return delta
+
+
+# delta_for is accurate to about 1e-9 relative (tests compare it with 60-digit arithmetic, and
+# tests/test_parser_properties.py with as many digits as the cancellations need, up to beta 1e300);
+# budgets are chosen so that the delta they report holds with this margin to spare.
 DELTA_RTOL = 1e-8
 _SMALL_S = 1e-2  # below this sqrt(beta), the Mills-ratio form; above, the log form
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
-def _mills(t: float) -> float:
-    """Phi(-t) / phi(t) for t >= -1 and t/sqrt(2) < 26 (exp(z^2) erfc(z), both in range)."""
-    z = t / math.sqrt(2.0)
-    return math.sqrt(math.pi / 2.0) * math.exp(z * z) * math.erfc(z)
+def _one_minus_t_mills(t: float) -> float:
+    """1 - t R(t), R the Mills ratio, for t >= -1: directly below 30, where it loses at most 3
+    digits to cancellation; from 30 on (exp(z^2) overflows from t = 36.8) by the asymptotic series."""
+    if t < -_ASYMPTOTIC_BELOW:
+        return 1.0 - t * _mills(t)
+    return -_mills_tail(t)
 
 
 def _delta_small(s: float, eps: float) -> float:
@@ -85,19 +139,15 @@ def _delta_small(s: float, eps: float) -> float:
     here by Simpson's rule (relative error below s^4 / 2880)."""
     u = eps / s - s / 2.0
     phi_u = math.exp(-0.5 * u * u) / _SQRT_2PI
-    if u > 36.0:  # the integrand is at most 1: an upper bound (below 1e-290), never an under-report
-        return phi_u * s
-
-    def g(t: float) -> float:
-        return 1.0 - t * _mills(t)
-
+    g = _one_minus_t_mills
     return phi_u * s / 6.0 * (g(u) + 4.0 * g(u + s / 2.0) + g(u + s))
 
 
 def delta_for(beta: float, eps: float) -> float:
-    """delta(beta, eps) of the Gaussian mechanism with privacy cost beta, to about 1e-9 relative:
-    in logs (stable in the tails) or, for tiny beta, where the two terms of the definition cancel
-    to the last digit, through the Mills ratio (:func:`_delta_small`).
+    """delta(beta, eps) of the Gaussian mechanism with privacy cost beta, to about 1e-9 relative for
+    every beta and a result of at least :data:`MIN_DELTA`: in logs without cancellation
+    (:func:`_log_delta_terms`) or, for tiny beta, where the two terms of the definition cancel to
+    the last digit, through the Mills ratio (:func:`_delta_small`).
 
     >>> delta_for(1.0, 4.8866) < 1e-6 < delta_for(1.0, 4.8865)
     True
@@ -108,7 +158,7 @@ def delta_for(beta: float, eps: float) -> float:
     if s < _SMALL_S:
         return _delta_small(s, eps)
     a, b = _log_delta_terms(beta, eps)
-    if b >= a:  # rounding: the difference is non-negative in exact arithmetic
+    if a == -math.inf or b >= a:  # Phi(x) = 0; or rounding: the difference is non-negative exactly
         return 0.0
     return math.exp(a) * -math.expm1(b - a)
 
@@ -202,8 +252,7 @@ class Budget:
             raise InputError("beta", self.beta, "must be a finite number > 0")
         if self.beta < MIN_BETA:
             raise InputError("beta", self.beta, f"is below {MIN_BETA:g}: the noise would overflow and views would go unmeasured")
-        if not 0 < self.delta < 1:
-            raise InputError("delta", self.delta, "must be in (0, 1)")
+        check_delta(self.delta)
         if self.neighbours not in NEIGHBOURS:
             raise InputError("neighbours", self.neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
 
@@ -243,9 +292,7 @@ class Budget:
     def from_epsilon_delta(cls, epsilon: float, delta: float) -> "Budget":
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise InputError("epsilon", epsilon, "must be a finite number > 0")
-        if not 0 < delta < 1:
-            raise InputError("delta", delta, "must be in (0, 1)")
-        return cls(beta_for(epsilon, delta), "epsilon-delta", delta)
+        return cls(beta_for(epsilon, check_delta(delta)), "epsilon-delta", delta)
 
     def to_dict(self) -> dict:
         return {
@@ -298,6 +345,11 @@ def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neigh
     """
     values = {"beta": beta, "rho": rho, "mu": mu, "epsilon": epsilon}
     given = [k for k in BUDGET_FORMS if values[k] is not None]
+    for k, v in [*values.items(), ("delta", delta)]:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InputError(prefix + k, v, "must be a number")
+        if isinstance(v, int) and abs(v) > sys.float_info.max:  # an int no float holds
+            raise InputError(prefix + k, v, "must be a finite number")
     if noise == "laplace":  # pure epsilon-DP: epsilon alone
         others = [prefix + k for k in (*given, *(["delta"] if delta is not None else [])) if k != "epsilon"]
         if others:
@@ -311,26 +363,19 @@ def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neigh
         raise InputError(prefix + "noise", noise, "must be gaussian or laplace")
     if len(given) > 1:
         raise InputError("budget", "/".join(prefix + k for k in given), "give exactly one of " + ", ".join(prefix + k for k in BUDGET_FORMS))
-    for k, v in [*values.items(), ("delta", delta)]:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise InputError(prefix + k, v, "must be a number")
     if epsilon is not None:
         if delta is None:
             raise InputError(prefix + "epsilon", epsilon, f"needs {prefix}delta")
-        budget = Budget.from_epsilon_delta(float(epsilon), float(delta))
+        budget = Budget.from_epsilon_delta(float(epsilon), check_delta(float(delta), prefix + "delta"))
     else:
-        report = DEFAULT_REPORT_DELTA if delta is None else float(delta)
-        if not 0 < report < 1:
-            raise InputError(prefix + "delta", report, "must be in (0, 1)")
-        if rho is not None:
-            budget = Budget.from_rho(float(rho), report)
-        elif mu is not None:
-            budget = Budget.from_mu(float(mu), report)
-        else:
-            b = 1.0 if beta is None else float(beta)
-            if not (math.isfinite(b) and b > 0):
-                raise InputError(prefix + "beta", b, "must be a finite number > 0")
-            budget = Budget.from_beta(b, report)
+        report = check_delta(DEFAULT_REPORT_DELTA if delta is None else float(delta), prefix + "delta")
+        form = "rho" if rho is not None else "mu" if mu is not None else "beta"
+        value = 1.0 if values[form] is None else float(values[form])
+        try:
+            budget = {"beta": Budget.from_beta, "rho": Budget.from_rho, "mu": Budget.from_mu}[form](value, report)
+        except InputError as exc:  # named as given (--mu 1e200), not as the beta it converts to
+            reason = exc.reason if exc.field == form else f"gives beta {exc.value!r}, which {exc.reason}"
+            raise InputError(prefix + form, value, reason) from None
     return budget.with_neighbours(neighbours)
 
 
@@ -350,7 +395,7 @@ def parse_budget(value, delta: float | None = None, neighbours: str = "add-remov
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
     if isinstance(value, (int, float)):
-        return make_budget(beta=float(value), delta=delta, neighbours=neighbours)
+        return make_budget(beta=value, delta=delta, neighbours=neighbours)
     text = value.strip()
     if not re.match(BUDGET_PATTERN, text):
         raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")

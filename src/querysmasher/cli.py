@@ -16,11 +16,11 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from .accounting import DEFAULT_REPORT_DELTA, Budget, PureBudget, make_budget
+from .accounting import DEFAULT_REPORT_DELTA, MIN_DELTA, Budget, PureBudget, make_budget
 from .atomic import check_output, terminate_as_exit
 from .errors import InputError
 from .logs import configure, level_from_flags, unconfigure
-from .threads import check_threads, limited
+from .threads import cap_to_cores, check_threads, limited
 
 __all__ = ["main", "build_parser"]
 
@@ -46,7 +46,9 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rho", type=float, help="rho-zCDP (beta = 2 rho)")
     g.add_argument("--mu", type=float, help="mu-Gaussian DP (beta = mu^2)")
     g.add_argument("--epsilon", type=float, help="(epsilon, delta)-DP; needs --delta")
-    g.add_argument("--delta", type=float, help=f"delta of (epsilon, delta); with the other forms, the delta at which epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
+    g.add_argument("--delta", type=float,
+                   help=f"delta of (epsilon, delta), in [{MIN_DELTA:g}, 1); with the other forms, the delta at which "
+                        f"epsilon is reported (default {DEFAULT_REPORT_DELTA:g})")
     g.add_argument("--neighbours", choices=("add-remove", "replace"), default="add-remove",
                    help="neighbouring data sets: one record added or removed (default), or one record replaced (the record count is then public)")
 
@@ -84,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-gap", type=float, default=None, help="qs: relative duality gap to certify (default 1e-4)")
     p.add_argument("--max-dense-cells", type=int, default=None, help="qs: largest several-term view given the certified solve (default: no limit)")
     p.add_argument("--memory-budget-mb", type=float, default=None, help="qs: memory one view's certified solve may use, else it falls back (default a quarter of the machine's memory)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="an option of the method's solver (repeatable; the value is read as a YAML scalar), e.g. a plugin's")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the method (repeatable; the value is read as a YAML scalar), checked against its "
+                        "range before any work; the built-in methods' options and ranges: docs/solvers.md")
     p.add_argument("--noise", choices=("gaussian", "laplace"), default="gaussian",
                    help="hdmm only: gaussian (default; zCDP) or laplace (pure epsilon-DP, HDMM as its paper defines it; give --epsilon only)")
     _add_budget(p)
@@ -120,29 +124,27 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _solver_options(args: argparse.Namespace) -> dict:
+    from .documents import parse_yaml
+    from .methods import get_method
+
     opts = {}
-    if args.target_gap is not None:
-        if not 0 < args.target_gap < 1:
-            raise InputError("--target-gap", args.target_gap, "must be in (0, 1)")
-        opts["target_gap"] = args.target_gap
-    if args.max_dense_cells is not None:
-        if args.max_dense_cells < 1:
-            raise InputError("--max-dense-cells", args.max_dense_cells, "must be >= 1")
-        opts["max_dense_cells"] = args.max_dense_cells
-    if args.memory_budget_mb is not None:
-        if not args.memory_budget_mb > 0:
-            raise InputError("--memory-budget-mb", args.memory_budget_mb, "must be > 0")
-        opts["memory_budget_mb"] = args.memory_budget_mb
+    for flag in ("target_gap", "max_dense_cells", "memory_budget_mb"):  # each against the range its method declares
+        if getattr(args, flag) is not None:
+            try:
+                opts.update(get_method(args.method).check_options({flag: getattr(args, flag)}))
+            except InputError as exc:
+                raise InputError("--" + flag.replace("_", "-"), getattr(args, flag), exc.reason) from None
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key.strip().isidentifier():
             raise InputError("--option", item, "must be KEY=VALUE with KEY a solver option name")
-        from .documents import parse_yaml
-
-        opts[key.strip()] = parse_yaml(value, f"--option {key.strip()}")
+        name = key.strip()
+        parsed = parse_yaml(value, f"--option {name}")
+        try:  # each option against the range its method declares, named in the error
+            opts.update(get_method(args.method).check_options({name: parsed}))
+        except InputError as exc:
+            raise InputError("--option", item, f"{name} {exc.reason}") from None
     if opts:  # the method's own check of its options, before any work
-        from .methods import get_method
-
         try:
             get_method(args.method).build(**opts)
         except InputError as exc:
@@ -241,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = level_from_flags(args.verbose, args.quiet)
     configure(None, level, progress=not args.quiet and sys.stderr.isatty())
     try:
-        with terminate_as_exit(), limited(args.threads):  # a killed command (SIGTERM) still removes its temporary files
+        # a killed command (SIGTERM) still removes its temporary files
+        with terminate_as_exit(), limited(cap_to_cores(args.threads, "--threads")):
             return {"plan": _plan, "measure": _measure, "reconstruct": _reconstruct, "release": _release}[args.command](args)
     except InputError as exc:
         print(f"querysmasher: error: {exc}", file=sys.stderr)

@@ -96,35 +96,18 @@ def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, 
 
 
 def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
+    """One attribute's encoding against the plan's schema: the checks of every domain file
+    (:func:`querysmasher.schema.check_encoding`), then the size the plan has."""
+    from .schema import check_encoding
+
     if name not in schema.names:
         raise InputError(f"domain file {path}: attribute", name, f"is not in the plan's schema ({', '.join(schema.names)})")
     size = schema.attributes[schema.index(name)].size
-    if "categories" in enc and "bins" in enc:
-        raise InputError(f"domain file {path}: attribute {name!r}", "categories+bins", "give categories or bins, not both")
-    if "categories" in enc:
-        cats = enc["categories"]
-        if not isinstance(cats, list):
-            raise InputError(f"domain file {path}: categories of {name!r}", cats, "must be a list")
-        if len(cats) != size:
-            raise InputError(f"domain file {path}: categories of {name!r}", len(cats), f"there must be exactly the plan's size {size}")
-        seen: set[str] = set()
-        for c in cats:
-            if str(c) in seen:
-                raise InputError(f"domain file {path}: categories of {name!r}", c, "appears twice (categories must be unique)")
-            seen.add(str(c))
-    if "bins" in enc:
-        bins = enc["bins"]
-        try:
-            edges = np.asarray(bins, dtype=float)
-        except (TypeError, ValueError):
-            raise InputError(f"domain file {path}: bins of {name!r}", bins, "must be a list of numbers") from None
-        if edges.ndim != 1 or len(edges) != size + 1:
-            raise InputError(f"domain file {path}: bins of {name!r}", len(np.atleast_1d(edges)), f"there must be size + 1 = {size + 1} edges for the plan's size {size}")
-        if not np.all(np.isfinite(edges)):
-            raise InputError(f"domain file {path}: bins of {name!r}", bins, "must be finite numbers")
-        if np.any(np.diff(edges) <= 0):
-            k = int(np.flatnonzero(np.diff(edges) <= 0)[0])
-            raise InputError(f"domain file {path}: bins of {name!r}", f"{edges[k]:g}, {edges[k + 1]:g}", "edges must be strictly increasing")
+    implied = check_encoding(name, enc, f"domain file {path}")
+    if implied is not None and implied != size:
+        what = "categories" if "categories" in enc else "bins"
+        need = f"exactly the plan's size {size}" if what == "categories" else f"size + 1 = {size + 1} edges for the plan's size {size}"
+        raise InputError(f"domain file {path}: {what} of {name!r}", implied if what == "categories" else implied + 1, f"there must be {need}")
 
 
 # What a reader said that is worth passing on: library text with line numbers and counts. Any other

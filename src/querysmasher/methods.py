@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from .accounting import NEIGHBOURS
 from .errors import InputError
+from .options import check_options
 from .registry import PluginRegistry, lazy_factory
 from .solvers import SOLVERS
 
@@ -95,6 +96,13 @@ class Method:
             raise InputError(prefix + "noise", noise, f"method {self.name} {what}; it does not take {noise} noise")
         if neighbours not in self.neighbours:
             raise InputError(prefix + "neighbours", neighbours, f"{self.name} plans are accounted for {' and '.join(self.neighbours)} neighbours only")
+
+    def check_options(self, options: dict, prefix: str | None = None) -> dict:
+        """``options`` checked against the ranges the method declares (``option_specs``,
+        :mod:`querysmasher.options`), before any work; a method that declares none (a plugin's may
+        not) gets them back unchecked, for its factory to check in :meth:`build`."""
+        specs = self.declared("option_specs")
+        return dict(options) if specs is None else check_options(self.name, specs, options, prefix)
 
     def build(self, **options):
         """The solver (per-view) or planner (whole-workload) with these options; options it does not

@@ -38,7 +38,7 @@ from .errors import InputError
 from .methods import get_method
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
 from .schema import Schema
-from .workload import Workload, parse_workload
+from .workload import Workload, check_weight, format_weight, parse_workload
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
@@ -56,7 +56,7 @@ class TableSpec:
 
     def term(self) -> str:
         """The table in the workload grammar's named-attribute form, e.g. ``prefix:(income,age)@2``."""
-        w = "" if self.weight == 1.0 else f"@{self.weight:g}"
+        w = "" if self.weight == 1.0 else f"@{format_weight(self.weight)}"
         return f"{self.family}:({','.join(self.attributes)}){w}"
 
 
@@ -111,9 +111,8 @@ def _table(i: int, raw) -> TableSpec:
         raise InputError(f"{where}.{family}", attrs, "names an attribute twice")
     if family in PAIR_FAMILIES and len(attrs) != 2:
         raise InputError(f"{where}.{family}", attrs, f"{family} is a two-way family: name exactly two attributes")
-    weight = _number(f"{where}.weight", raw.get("weight", 1.0))
-    if not (weight > 0 and weight < float("inf")):
-        raise InputError(f"{where}.weight", weight, "must be a positive number")
+    raw_weight = raw.get("weight", 1.0)
+    weight = check_weight(raw_weight, lambda reason: InputError(f"{where}.weight", raw_weight, reason))
     return TableSpec(family, tuple(attrs), weight)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,7 +25,10 @@ from typing import Literal
 
 from .errors import InputError
 
-__all__ = ["Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes", "check_attribute_name"]
+__all__ = [
+    "Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes",
+    "check_attribute_name", "check_encoding",
+]
 
 # Planning forms n x n matrices per attribute (Grams, mechanism factors): 5,000 is 200 MB each.
 MAX_ATTRIBUTE_SIZE = 5000
@@ -174,6 +178,58 @@ BUILTIN_SCHEMAS: dict[str, Schema] = {
 _SYNTHETIC = re.compile(r"^synthetic:n=(\d+),d=(\d+)$")
 
 
+def _is_float(x) -> bool:
+    """Whether ``x`` is a number (not a boolean) that is a finite float (an int of 400 digits is not)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return abs(x) <= sys.float_info.max if isinstance(x, int) else math.isfinite(x)
+
+
+def check_encoding(attr: str, spec: dict, where: str) -> int | None:
+    """The size an attribute's ``categories`` or ``bins`` imply (None when it has neither), after
+    checking them; an InputError naming ``where``, the attribute and the value otherwise.
+    ``categories``: a non-empty list of distinct strings, numbers or booleans (data cells are
+    matched by their text, so distinct means distinct as text); ``bins``: at least two finite,
+    strictly increasing edges, numbers and not booleans (``true`` would be read as 1).
+
+    >>> check_encoding("age", {"bins": [0, 18, 65, 120]}, "d"), check_encoding("sex", {"categories": ["f", "m"]}, "d")
+    (3, 2)
+    >>> check_encoding("a", {"bins": 5}, "d")
+    Traceback (most recent call last):
+        ...
+    querysmasher.errors.InputError: d: bins of 'a' 5: must be at least 2 strictly increasing finite numbers (bin edges)
+    """
+    if "categories" in spec and "bins" in spec:
+        raise InputError(f"{where}: attribute {attr!r}", "categories+bins", "give categories or bins, not both")
+    if "categories" in spec:
+        cats = spec["categories"]
+        field = f"{where}: categories of {attr!r}"
+        if not isinstance(cats, list) or not cats:
+            raise InputError(field, cats, "must be a non-empty list of category values")
+        seen: set[str] = set()
+        for c in cats:
+            if not (isinstance(c, (str, bool)) or _is_float(c)):
+                raise InputError(field, c, "must be a string, a finite number or a boolean")
+            if str(c) in seen:
+                raise InputError(field, c, "appears twice (categories must be distinct)")
+            seen.add(str(c))
+        return len(cats)
+    if "bins" in spec:
+        edges = spec["bins"]
+        field = f"{where}: bins of {attr!r}"
+        reason = "must be at least 2 strictly increasing finite numbers (bin edges)"
+        if not isinstance(edges, list) or len(edges) < 2:
+            raise InputError(field, edges, reason)
+        for e in edges:
+            if not _is_float(e):
+                raise InputError(field, e, reason)
+        for lo, hi in zip(edges, edges[1:]):
+            if not lo < hi:
+                raise InputError(field, f"{lo}, {hi}", reason)
+        return len(edges) - 1
+    return None
+
+
 def _schema_from_mapping(name: str, mapping: object) -> Schema:
     if not isinstance(mapping, dict) or not mapping:
         raise InputError("schema file", name, "must hold a non-empty mapping {name: size} or {name: {size:, kind:}}")
@@ -183,11 +239,12 @@ def _schema_from_mapping(name: str, mapping: object) -> Schema:
             unknown = set(spec) - {"size", "kind", "categories", "bins"}
             if unknown:
                 raise InputError(f"schema file {name}: attribute {attr!r}", sorted(unknown)[0], "unknown key")
-            size = spec.get("size")
-            if size is None and "categories" in spec:
-                size = len(spec["categories"])
-            if size is None and "bins" in spec:
-                size = len(spec["bins"]) - 1
+            implied = check_encoding(str(attr), spec, f"schema file {name}")
+            size = implied if spec.get("size") is None else spec["size"]
+            if implied is not None and size != implied:
+                given = "categories" if "categories" in spec else "bins"
+                raise InputError(f"schema file {name}: size of attribute {attr!r}", size,
+                                 f"does not match the size {implied} its {given} give")
             kind = spec.get("kind", "categorical" if "categories" in spec else "numeric")
         else:
             size, kind = spec, "numeric"

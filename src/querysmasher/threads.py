@@ -23,11 +23,15 @@ threads are given, the planners spend them across views (processes, one BLAS thr
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["ENV_VARS", "BLAS_THREADED_CELLS", "budget", "cap_process", "limited", "at_most", "parallel_map", "check_threads"]
+__all__ = [
+    "ENV_VARS", "BLAS_THREADED_CELLS", "budget", "cap_process", "limited", "at_most", "parallel_map", "check_threads",
+    "available_cores", "cap_to_cores",
+]
 
 # every variable a BLAS or OpenMP runtime numpy/scipy may load reads for its pool size
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -36,6 +40,8 @@ ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_
 # smaller ones run a thread each, several at a time (below it one thread is as fast, and faster on a
 # busy machine: 0.026 s vs 0.045 s for a 397 x 397 eigh, see linalg.eigh_sym)
 BLAS_THREADED_CELLS = 1000
+
+log = logging.getLogger(__name__)
 
 _budget = 1  # the process's declared budget (1 unless a face or a job said otherwise)
 
@@ -46,6 +52,25 @@ def check_threads(n, field: str = "threads") -> int:
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(field, n, "must be a whole number of threads, at least 1")
+    return n
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the OS reports one, else the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on macOS and Windows
+        return os.cpu_count() or 1
+
+
+def cap_to_cores(n: int, field: str = "threads") -> int:
+    """``n`` threads, or the cores available when fewer, with one warning naming ``field``: more
+    processes and BLAS threads than cores only contend (``--threads 1000000000`` forked a worker per
+    view, 41 on 2 cores). A face's own request; :func:`limited` itself takes any budget."""
+    cores = available_cores()
+    if check_threads(n, field) > cores:
+        log.warning("%s %d capped to %d, the cores available", field, n, cores)
+        return cores
     return n
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from .schema import Schema
 __all__ = [
     "FamilyTerm", "WorkloadView", "Workload", "parse_workload", "CustomQueries", "load_custom",
     "WORKLOAD_FILE_SUFFIXES", "is_workload_file", "workload_file_spec", "workload_input_files",
+    "MIN_WEIGHT", "MAX_WEIGHT", "check_weight", "format_weight", "MAX_CUSTOM_BYTES",
 ]
 
 _TERM = re.compile(r"^(?P<family>[a-z]+)(?:\[(?P<opts>[^\]]*)\])?:(?P<body>[^@]+?)(?:@(?P<weight>[^@()]+))?$")
@@ -47,6 +50,11 @@ _SUBSET = re.compile(r"\(([^()]*)\)")
 _NAME_FORBIDDEN = set("(),+@[]")
 WORKLOAD_FILE_SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".json")
 _FILE_KEYS = ("family", "k", "attributes", "weight", "options", "path")
+# Query weights scale Grams and variances, and enter squared (HDMM's Laplace strategies), as square
+# roots and as reciprocals (strategies, the allocation): inside this range all of those stay normal
+# floats with room for the Grams' own scales (from 1.5e-154 a square underflows; a weight of 5e-324
+# ended in a traceback). Weights are kept exactly: see :func:`format_weight`.
+MIN_WEIGHT, MAX_WEIGHT = 1e-100, 1e100
 
 
 @dataclass(frozen=True)
@@ -57,23 +65,49 @@ class CustomQueries:
     queries: np.ndarray
 
 
+# The most a custom query file may hold, as float64: its arrays are read whole. JSON files are read up
+# to this size; an .npz member's header is checked before its array is read (a header claiming
+# 10^7 x 10^7 queries asked for 728 TiB, a MemoryError).
+MAX_CUSTOM_BYTES = 1 << 30
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_npz_sizes(z, path: str) -> None:
+    """Refuse an .npz whose members' headers claim more than :data:`MAX_CUSTOM_BYTES` (as float64)."""
+    for member in z.zip.namelist():
+        with z.zip.open(member) as fp:
+            reader = _NPY_HEADER_READERS.get(np.lib.format.read_magic(fp))
+            if reader is None:
+                raise InputError("custom workload file", path, f"member {member!r} is not a .npy array (format 1 or 2)")
+            shape, _, dtype = reader(fp)
+        claimed = math.prod(shape) * max(dtype.itemsize, 8)
+        if claimed > MAX_CUSTOM_BYTES:
+            raise InputError("custom workload file", path, f"member {member!r} claims shape {shape}: "
+                                                           f"{claimed:,} bytes as float64, above {MAX_CUSTOM_BYTES:,}")
+
+
 def load_custom(path: str) -> CustomQueries:
     """Read a ``custom`` family file: ``.npz`` with arrays ``attributes`` and ``queries``, or JSON
-    ``{"attributes": [...], "queries": [[...], ...]}``."""
+    ``{"attributes": [...], "queries": [[...], ...]}``; either at most :data:`MAX_CUSTOM_BYTES`."""
     p = Path(path)
     if not p.is_file():
         raise InputError("custom workload file", path, "does not exist")
     try:
         if p.suffix == ".npz":
             with np.load(p, allow_pickle=False) as z:
+                _check_npz_sizes(z, path)
                 attrs, q = tuple(str(a) for a in z["attributes"]), np.asarray(z["queries"], dtype=float)
         else:
             from .documents import parse_json, read_text
 
-            d = parse_json(read_text(p, "custom workload file", max_bytes=1 << 30), f"custom workload file {path}")
+            text = read_text(p, "custom workload file", max_bytes=MAX_CUSTOM_BYTES)
+            d = parse_json(text, f"custom workload file {path}")
             attrs, q = tuple(str(a) for a in d["attributes"]), np.asarray(d["queries"], dtype=float)
     except InputError:
         raise
+    except (zipfile.BadZipFile, zlib.error) as exc:  # a damaged .npz (neither is an OSError)
+        what = f"{type(exc).__name__}: {exc}"
+        raise InputError("custom workload file", path, f"is not a readable .npz ({what})") from None
     except (KeyError, ValueError, TypeError, OSError) as exc:
         raise InputError("custom workload file", path, f"needs 'attributes' and 'queries' ({exc})") from None
     if q.ndim != 2 or not np.isfinite(q).all():
@@ -100,10 +134,7 @@ class FamilyTerm:
             opts = f"[seed={self.seed}]" if self.family == "random" else ""
             body = ",".join(f"({','.join(sub)})" for sub in self.subsets) if self.subsets else ",".join(map(str, self.ks))
             s = f"{self.family}{opts}:{body}"
-        if self.weight == 1.0:
-            return s
-        w = f"{self.weight:g}"  # short, and exact: a plan file re-parses its workload from this text
-        return f"{s}@{w if float(w) == self.weight else repr(float(self.weight))}"
+        return s if self.weight == 1.0 else f"{s}@{format_weight(self.weight)}"
 
 
 @dataclass(frozen=True)
@@ -206,7 +237,7 @@ def _parse_term(text: str, fail: _Fail, schema: Schema) -> FamilyTerm:
     text = text.strip()
     if text.startswith("custom:"):
         path, _, w = text[len("custom:"):].partition("@")
-        return FamilyTerm("custom", (), _parse_weight(w, fail) if w else 1.0, path=path)
+        return FamilyTerm("custom", (), check_weight(w, fail) if w else 1.0, path=path)
     m = _TERM.match(text)
     if not m:
         raise fail(f"term {text!r} is not FAMILY:K1,K2[@WEIGHT] (e.g. prefix:1,2) or FAMILY:(a,b)[@WEIGHT]")
@@ -223,7 +254,7 @@ def _parse_term(text: str, fail: _Fail, schema: Schema) -> FamilyTerm:
                 raise fail(f"option {opt!r}: the seed must be an integer >= 0")
             seed = int(val)
     body = m.group("body").strip()
-    weight = _parse_weight(m.group("weight"), fail) if m.group("weight") else 1.0
+    weight = check_weight(m.group("weight"), fail) if m.group("weight") else 1.0
     if body.startswith("("):
         subsets = _parse_subsets(body, fail, schema)
         if family in PAIR_FAMILIES and any(len(sub) != 2 for sub in subsets):
@@ -236,14 +267,41 @@ def _parse_term(text: str, fail: _Fail, schema: Schema) -> FamilyTerm:
     return FamilyTerm(family, ks, weight, seed)
 
 
-def _parse_weight(text: str, fail: _Fail) -> float:
-    try:
-        w = float(text)
-    except ValueError:
-        raise fail(f"weight {text!r} is not a number") from None
-    if not (w > 0 and math.isfinite(w)):
-        raise fail(f"weight {text!r} must be a positive number")
-    return w
+def check_weight(value, fail: _Fail) -> float:
+    """``value`` -- a number, or text written as one (a term's ``@WEIGHT``, a quoted ``"1e-6"`` in a
+    document) -- as a weight in [:data:`MIN_WEIGHT`, :data:`MAX_WEIGHT`]; else ``fail(reason)``.
+
+    >>> check_weight("2.5", ValueError), check_weight(10**6, ValueError)
+    (2.5, 1000000.0)
+    >>> check_weight("5e-324", ValueError)
+    Traceback (most recent call last):
+        ...
+    ValueError: weight '5e-324' must be a positive number in [1e-100, 1e+100]
+    """
+    from .documents import NUMBER_PATTERN
+
+    if isinstance(value, str):
+        if not NUMBER_PATTERN.match(value.strip()):
+            raise fail(f"weight {value!r} is not a number")
+        w = float(value)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail(f"weight {value!r} is not a number")
+    else:
+        w = value  # a Python int is compared exactly: one of 400 digits has no float
+    if not MIN_WEIGHT <= w <= MAX_WEIGHT:  # nan fails too
+        raise fail(f"weight {value!r} must be a positive number in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]")
+    return float(w)
+
+
+def format_weight(weight: float) -> str:
+    """The shortest text that reads back as exactly ``weight`` (a plan file re-parses its workload
+    from its spec), without the grammar's ``+`` (``1e+06`` would split into two terms).
+
+    >>> [format_weight(w) for w in (2.0, 1e6, 1e20, 0.1, 1.23456789, 1e-07)]
+    ['2', '1000000', '1e20', '0.1', '1.23456789', '1e-07']
+    """
+    text = repr(float(weight)).replace("e+", "e")
+    return text[:-2] if text.endswith(".0") else text
 
 
 def _split_terms(spec: str) -> list[str]:
@@ -283,10 +341,8 @@ def _file_term(entry: object, where: str, base: Path) -> str:
     family = entry.get("family")
     if not isinstance(family, str) or family not in FAMILIES:
         raise fail(f"family {family!r} is not one of {', '.join(FAMILIES)}")
-    weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and weight > 0):
-        raise fail(f"weight {weight!r} must be a positive number")
-    suffix = "" if weight == 1.0 else f"@{float(weight)!r}"
+    weight = check_weight(entry.get("weight", 1.0), fail)
+    suffix = "" if weight == 1.0 else f"@{format_weight(weight)}"
     options = entry.get("options") or {}
     if not isinstance(options, dict):
         raise fail("options must be a mapping (random takes seed)")
@@ -346,7 +402,7 @@ def workload_file_spec(path: str) -> str:
     >>> with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
     ...     _ = f.write("- {family: hybrid, k: 1}\\n- {family: affine, attributes: [income, age], weight: 2}\\n")
     >>> workload_file_spec(f.name)
-    'hybrid:1+affine:(income,age)@2.0'
+    'hybrid:1+affine:(income,age)@2'
     >>> os.unlink(f.name)
     """
     base = Path(path).parent

@@ -63,6 +63,7 @@ import numpy as np
 from ..accounting import Budget
 from ..allocation import Allocation, PredictedError, allocate, rmse
 from ..errors import InputError
+from ..options import Option, check_options
 from ..threads import at_most
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
@@ -74,7 +75,7 @@ from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_k
 __all__ = [
     "HDMMGroup", "HDMMPlan", "plan_hdmm",
     "TEMPLATES", "DEFAULT_TEMPLATES", "TEMPLATE_TIE_RTOL", "best_template", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
-    "noise_cost", "hdmm_privacy_cost", "check_hdmm_budget",
+    "noise_cost", "hdmm_privacy_cost", "check_hdmm_budget", "OPTIONS", "MAX_RESTARTS",
 ]
 
 TEMPLATES: tuple[str, ...] = ("kron", "plus-view", "plus-term", "marginal", "explicit")
@@ -83,6 +84,19 @@ TEMPLATE_TIE_RTOL = 1e-12  # templates whose errors differ by less than this (re
 DEFAULT_RESTARTS = 3  # Table 2 and 4 figures are reached with 3; 10 gives the same to 6 digits (measured 2026-12-02)
 DEFAULT_EXPLICIT_CELLS = 256  # OPT_0 over the full domain costs up to ~cells^4 flops per Newton step
 MAX_DOMAIN_CELLS = 10**7
+# Restarts have no time limit (each is a whole OPT_⊗ run per product, minutes on Adult): a cap keeps a
+# typo such as 1e9 from running for ever; far above where more restarts stop helping (10, above).
+MAX_RESTARTS = 100
+OPTIONS = (
+    Option("templates", "choices", "strategy templates to try: OPT_kron, OPT_+ by workload view or by term, OPT_M "
+           "(marginal workloads), OPT_0 (small domains); default all", choices=TEMPLATES),
+    Option("restarts", "int", f"runs of each template with a random start (default {DEFAULT_RESTARTS})", low=1,
+           high=MAX_RESTARTS),
+    Option("seed", "int", "seed of the random starts (default 0)", low=0),
+    Option("explicit_cells", "int", f"largest full domain OPT_0 runs on (default {DEFAULT_EXPLICIT_CELLS})", low=0),
+    Option("target_gap", "number", f"certified gap of every OPT_0 solve (default {DEFAULT_TARGET_GAP:g})", low=0,
+           high=1, open_low=True, open_high=True),
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,19 +293,6 @@ _BUILDERS: dict[str, Callable[[_Search], tuple[HDMMGroup, ...]]] = {
 }
 
 
-def _checked_options(templates, restarts, seed, explicit_cells) -> tuple[str, ...]:
-    """The requested templates in :data:`TEMPLATES` order, after checking every option (one InputError)."""
-    if isinstance(templates, str) or not isinstance(templates, Sequence) or len(templates) == 0:
-        raise InputError("hdmm templates", templates, f"must be a non-empty list of template names from {', '.join(TEMPLATES)}")
-    unknown = [t for t in templates if t not in TEMPLATES]
-    if unknown:
-        raise InputError("hdmm templates", unknown[0], f"is not a template; choose from {', '.join(TEMPLATES)}")
-    for name, value, least in (("restarts", restarts, 1), ("seed", seed, 0), ("explicit_cells", explicit_cells, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise InputError(f"hdmm {name}", value, f"must be an integer >= {least}")
-    return tuple(t for t in TEMPLATES if t in templates)
-
-
 def best_template(candidates: dict[str, "Candidate"]) -> str:
     """The winning template: the lowest total variance, where ties to rounding (``TEMPLATE_TIE_RTOL``)
     go to the first in TEMPLATES order (the marginal and explicit strategies of marginal:1,2 on
@@ -320,15 +321,18 @@ def plan_hdmm(
     """Optimise the HDMM strategy ``templates`` (default: all of :data:`TEMPLATES`) for ``workload``
     and keep the one with the lowest expected error.
 
-    ``restarts`` (default 3) runs of OPT_⊗ per Kronecker product, the first from the identity, the
-    others from random factors drawn with ``seed``; ``explicit_cells`` (default 256) the largest
-    domain on which ``explicit`` runs; ``target_gap`` the certified gap of every OPT_0 solve;
-    ``all_numeric`` as in :func:`querysmasher.planning.make_plan`. Templates that do not apply are skipped
-    with a note (an InputError when none applies). A :class:`~.laplace.PureBudget` selects Laplace
-    noise and the L1 optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
+    ``restarts`` (default 3, at most :data:`MAX_RESTARTS`) runs of OPT_⊗ per Kronecker product, the
+    first from the identity, the others from random factors drawn with ``seed``; ``explicit_cells``
+    (default 256) the largest domain on which ``explicit`` runs; ``target_gap`` the certified gap of
+    every OPT_0 solve (the ranges: :data:`OPTIONS`); ``all_numeric`` as in
+    :func:`querysmasher.planning.make_plan`. Templates that do not apply are skipped with a note (an
+    InputError when none applies). A :class:`~.laplace.PureBudget` selects Laplace noise and the L1
+    optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
-    chosen = _checked_options(templates, restarts, seed, explicit_cells)
+    opts = check_options("hdmm", OPTIONS, {"templates": templates, "restarts": restarts, "seed": seed,
+                                            "explicit_cells": explicit_cells, "target_gap": target_gap})
+    chosen = tuple(t for t in TEMPLATES if t in opts["templates"])
     # The strategies are normalised to unit cost under add-remove; under replace one record moves
     # between two cells and the same strategy can cost up to 4x. Refuse rather than under-report.
     if isinstance(budget, Budget) and budget.neighbours != "add-remove":
@@ -338,7 +342,8 @@ def plan_hdmm(
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
     implicit = ImplicitWorkload.from_workload(workload)
-    search = _Search(workload, implicit, isinstance(budget, PureBudget), int(seed), int(restarts), int(explicit_cells), Opt0Cache(target_gap))
+    search = _Search(workload, implicit, isinstance(budget, PureBudget), opts["seed"], opts["restarts"],
+                     opts["explicit_cells"], Opt0Cache(opts["target_gap"]))
     results: dict[str, tuple[HDMMGroup, ...]] = {}
     candidates: dict[str, Candidate] = {}
     notes: list[str] = []
@@ -358,7 +363,8 @@ def plan_hdmm(
     if not candidates:
         raise InputError("hdmm templates", ",".join(chosen), f"none applies to this workload and schema ({'; '.join(notes)})")
     best = best_template(candidates)
-    return HDMMPlan(schema, workload, budget, best, results[best], candidates, chosen, int(seed), int(restarts), time.perf_counter() - t0, notes)
+    return HDMMPlan(schema, workload, budget, best, results[best], candidates, chosen, opts["seed"], opts["restarts"],
+                    time.perf_counter() - t0, notes)
 
 
 def _cells_text(cells: int) -> str:
@@ -380,7 +386,7 @@ def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
 
 class HDMMPlanner:
     """Method ``hdmm``: a whole-workload planner (:mod:`querysmasher.methods`) over
-    :func:`plan_hdmm`, whose keyword arguments (but ``all_numeric``) are its options."""
+    :func:`plan_hdmm`, whose keyword arguments (but ``all_numeric``) are its options (:data:`OPTIONS`)."""
 
     name = "hdmm"
     objectives = ("sum",)
@@ -390,14 +396,10 @@ class HDMMPlanner:
     neighbours = ("add-remove",)
     plan_kind = "hdmm-plan"  # its own plan record and files (querysmasher.stages), answers without per-view tables
 
-    def __init__(self, **options):
-        import inspect
+    option_specs = OPTIONS
 
-        known = [p.name for p in inspect.signature(plan_hdmm).parameters.values() if p.kind is p.KEYWORD_ONLY and p.name != "all_numeric"]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise TypeError(f"hdmm takes the options {', '.join(known)}, not {', '.join(unknown)}")
-        self.options = dict(options)
+    def __init__(self, **options):
+        self.options = check_options(self.name, self.option_specs, options)
 
     @staticmethod
     def unsupported(workload) -> str:

@@ -23,6 +23,7 @@ from .. import h5read as r
 from ..accounting import NEIGHBOURS, Budget
 from ..errors import InputError
 from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..noise import MAX_NOISE_VARIANCE
 from ..workload import parse_workload
 
 __all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
@@ -122,8 +123,11 @@ def load_marginal_plan(path: str | Path):
         nv = len(views)
         n_factors = 1 if problem.tied else nv
         factor_of = r.array(f, "factor_of", kind="i", shape=(nv,), lo=0, hi=n_factors - 1)
-        shares = r.array(f, "shares", kind="f", shape=(nv,), positive=True)
-        res_sigma2 = r.array(f, "residual_sigma2", kind="f", shape=(len(residual_views),), positive=True)
+        # a view's noise variance is 1 / its share: both within what the sampler can draw (else the
+        # plan would load, report its stored error, and fail only later, or overflow in reconstruct)
+        shares = r.array(f, "shares", kind="f", shape=(nv,), lo=1.0 / MAX_NOISE_VARIANCE)
+        res_sigma2 = r.array(f, "residual_sigma2", kind="f", shape=(len(residual_views),), positive=True,
+                             hi=MAX_NOISE_VARIANCE)
         g = r.child(f, "factors", group=True)
         if len(r.indexed_members(g, "one factor per distinct mechanism")) != n_factors:
             raise r.bad(g, "", len(r.members(g)), f"must hold {n_factors} factors")

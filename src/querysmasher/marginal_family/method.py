@@ -1,12 +1,25 @@
 """Method ``qsplus``: the whole-workload planner (:mod:`querysmasher.methods`) over
-:func:`.planner.plan`; its options are ``target_gap``, ``max_view_cells``, ``max_seconds``
-(``max_view_size``, ``max_iterations``, ``tie`` too). Plans are of kind ``marginal-plan``."""
+:func:`.planner.plan`; its options (:data:`OPTIONS`) are ``target_gap``, ``max_view_cells``,
+``max_seconds`` (``max_view_size``, ``max_iterations``, ``tie`` too). Plans are of kind ``marginal-plan``."""
 
 from __future__ import annotations
 
-__all__ = ["QSPlusPlanner"]
+from ..options import Option, check_options
 
-OPTIONS = ("target_gap", "max_view_cells", "max_seconds", "max_view_size", "max_iterations", "tie")
+__all__ = ["QSPlusPlanner", "OPTIONS"]
+
+OPTIONS = (
+    Option("target_gap", "number", "relative duality gap to certify (default 1e-4)", low=0, high=1, open_low=True,
+           open_high=True),
+    Option("max_view_cells", "int", "views of more cells keep their qs mechanisms (default: chosen from the schema)",
+           low=1, none=True),
+    Option("max_seconds", "number", "time limit of the descent, in seconds (default 3,600)", low=0, open_low=True),
+    Option("max_view_size", "int", "views of 2..this many attributes get a marginal-space mechanism (default 2)",
+           low=2),
+    Option("max_iterations", "int", "iteration limit of the descent (default 20,000)", low=1),
+    Option("tie", "bool", "one mechanism shared by every view, for a workload symmetric under attribute permutations "
+           "only (default: tied exactly when it is)", none=True),
+)
 
 
 class QSPlusPlanner:
@@ -15,19 +28,10 @@ class QSPlusPlanner:
     noises = ("gaussian",)
     neighbours = ("add-remove", "replace")
     plan_kind = "marginal-plan"
+    option_specs = OPTIONS
 
     def __init__(self, **options):
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise TypeError(f"qsplus takes the options {', '.join(OPTIONS)}, not {', '.join(unknown)}")
-        if "target_gap" in options and not 0 < float(options["target_gap"]) < 1:
-            raise ValueError(f"target_gap must be in (0, 1), not {options['target_gap']!r}")
-        if "max_seconds" in options and not float(options["max_seconds"]) > 0:
-            raise ValueError(f"max_seconds must be positive, not {options['max_seconds']!r}")
-        for k in ("max_view_cells", "max_iterations", "max_view_size"):
-            if options.get(k) is not None and int(options[k]) < (2 if k == "max_view_size" else 1):
-                raise ValueError(f"{k} must be a positive integer (max_view_size at least 2), not {options[k]!r}")
-        self.options = dict(options)
+        self.options = check_options(self.name, self.option_specs, options)
 
     @staticmethod
     def unsupported(workload) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 import scipy.linalg
 
 from ..decompose import view_query_matrix
+from ..errors import InputError
 from ..families import gram_1d
 from ..workload import Workload
 from .basis import attribute_basis, subset_dim, to_residual, view_coords
@@ -338,7 +339,8 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
     :class:`~querysmasher.plan.Plan` at beta = 1) gives the residual-only subsets' losses and costs.
     ``max_view_cells``: larger views keep their residual mechanisms too (their lower residuals are
     shared with the marginal views that contain them, or stay residual-only). ``tie``: share one
-    mechanism across views (None: when the workload is symmetric)."""
+    mechanism across views (None: when the workload is symmetric; true on any other workload is an
+    InputError)."""
     sizes_all = workload.schema.sizes
     attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
     mviews_attrs = marginal_view_attrs(workload, max_view_size, max_view_cells)
@@ -432,6 +434,13 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
             if lv > 0:
                 res_only.append(s)
                 roots.append(math.sqrt(lv * (1.0 if costs is None else float(costs[i]))))
+    # The tied objective counts one view's top Gram and blocks once per view, exact only for a
+    # symmetric workload: tie=true elsewhere would report a wrong error (or fail on uneven views).
+    symmetric = len(views) > 1 and _symmetric(sizes_all, grams)
+    if tie and not symmetric:
+        raise InputError("qsplus tie", tie, "applies only to a workload of 2+ marginal views symmetric under "
+                                            "attribute permutations (uniform sizes, the same queries on every "
+                                            "subset); leave it unset or false")
     if tie is None:
-        tie = len(views) > 1 and _symmetric(sizes_all, grams)
+        tie = symmetric
     return MarginalProblem(workload, views, lower, lower_dim, blocks, m0, res_only, np.array(roots), bool(tie) and len(views) > 0, local)

@@ -25,6 +25,7 @@ import numpy as np
 from ..accounting import Budget
 from ..fulldomain import DEFAULT_MAX_FULL_CELLS, cell_index, check_fits, full_domain_gram
 from ..mechanisms import ViewMechanism
+from ..options import Option, check_options
 from ..plan import Plan
 from ..schema import Schema, parse_schema
 from ..workload import Workload, parse_workload
@@ -85,18 +86,21 @@ def plan_mm(
 class MMPlanner:
     """Method ``mm``: the exact matrix mechanism (a whole-workload planner, :mod:`querysmasher.methods`).
 
-    Options: ``target_gap`` (the certified relative gap) and ``max_dense_cells`` (the largest full
-    domain it plans)."""
+    Options: :attr:`option_specs`."""
 
     name = "mm"
     objectives = ("sum",)
+    option_specs = (
+        Option("target_gap", "number", "relative duality gap of the full-domain solve (default 1e-4)", low=0, high=1,
+               open_low=True, open_high=True),
+        Option("max_dense_cells", "int", f"largest full domain planned (default {DEFAULT_MAX_FULL_CELLS:,} cells)",
+               low=1),
+    )
 
     def __init__(self, target_gap: float = DEFAULT_TARGET_GAP, max_dense_cells: int = DEFAULT_MAX_FULL_CELLS):
-        if not 0 < float(target_gap) < 1:
-            raise ValueError(f"target_gap must be in (0, 1), got {target_gap!r}")
-        if isinstance(max_dense_cells, bool) or not isinstance(max_dense_cells, int) or max_dense_cells < 1:
-            raise ValueError(f"max_dense_cells must be an integer >= 1, got {max_dense_cells!r}")
-        self.target_gap, self.max_cells = float(target_gap), max_dense_cells
+        opts = check_options(self.name, self.option_specs,
+                             {"target_gap": target_gap, "max_dense_cells": max_dense_cells})
+        self.target_gap, self.max_cells = opts["target_gap"], opts["max_dense_cells"]
 
     def plan(self, schema: Schema, workload: Workload, budget: Budget, *, objective: str = "sum") -> Plan:
         return plan_mm(schema, workload, budget, target_gap=self.target_gap, max_cells=self.max_cells)

@@ -28,8 +28,8 @@ from ..linalg import MatrixStore, pinv_psd  # pinv_psd: re-exported, solvers imp
 from ..mechanisms import ViewMechanism, prime_eigh  # re-exported: the solver contract's mechanism type
 
 __all__ = [
-    "ViewMechanism", "ViewSolution", "ViewSolver", "SolveEstimate", "estimate_solve", "generic_estimate", "check_target_gap", "mechanism_loss",
-    "pinv_psd", "prime_eigh",
+    "ViewMechanism", "ViewSolution", "ViewSolver", "SolveEstimate", "estimate_solve", "generic_estimate",
+    "mechanism_loss", "pinv_psd", "prime_eigh",
 ]
 
 
@@ -113,13 +113,6 @@ def estimate_solve(solver, gram: SubworkloadGram, store: MatrixStore) -> SolveEs
         if isinstance(out, SolveEstimate):
             return out
     return generic_estimate(gram)
-
-
-def check_target_gap(target_gap) -> float:
-    """A relative duality gap to certify: a number in (0, 1) (a ValueError otherwise)."""
-    if isinstance(target_gap, bool) or not isinstance(target_gap, (int, float)) or not 0 < target_gap < 1:
-        raise ValueError(f"target_gap must be a number in (0, 1), not {target_gap!r}")
-    return float(target_gap)
 
 
 def mechanism_loss(gram: SubworkloadGram, store: MatrixStore, mech: ViewMechanism) -> float:

@@ -35,7 +35,8 @@ import numpy as np
 
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate, stored_shape
-from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, prime_eigh
+from ..options import Option, check_options
+from .base import SolveEstimate, ViewMechanism, ViewSolution, prime_eigh
 from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_bytes, wff_weights_1d
 from .sdp import solve_dense, solve_factored
 
@@ -81,6 +82,17 @@ class QSSolver:
     # max objective sees: its per-view solves are certified much tighter than for "sum"
     max_options = {"target_gap": 1e-8}
 
+    option_specs = (
+        Option("target_gap", "number", "relative duality gap each several-term view's solve certifies (default 1e-4)",
+               low=0, high=1, open_low=True, open_high=True),
+        Option("max_dense_cells", "int", "largest several-term view given the certified solve; larger ones fall back "
+               "to the closed forms (default: no limit)", low=1, none=True),
+        Option("memory_budget_mb", "number", "memory one view's certified solve may use before it falls back "
+               "(default a quarter of the machine's memory)", low=0, open_low=True, none=True),
+        Option("lowrank", "choice", "the factored solve and lowrank mechanisms: when rank <= cells / 2 (auto), "
+               "always or never", choices=("auto", "always", "never")),
+    )
+
     def __init__(
         self,
         target_gap: float = DEFAULT_TARGET_GAP,
@@ -88,19 +100,17 @@ class QSSolver:
         memory_budget_mb: float | None = None,
         lowrank: str = "auto",
     ):
-        """``lowrank``: "auto" (factored solve when rank <= c/2), "always" or "never" (tests, benchmarks)."""
-        if lowrank not in ("auto", "always", "never"):
-            raise ValueError(f"lowrank must be auto, always or never, not {lowrank!r}")
-        self.target_gap = check_target_gap(target_gap)
-        if max_dense_cells is not None and (isinstance(max_dense_cells, bool) or not isinstance(max_dense_cells, (int, np.integer)) or max_dense_cells < 1):
-            raise ValueError(f"max_dense_cells must be an integer >= 1, not {max_dense_cells!r}")
-        self.max_dense_cells = None if max_dense_cells is None else int(max_dense_cells)
-        if memory_budget_mb is None:
-            memory_budget_mb = DEFAULT_MEMORY_FRACTION * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-        if isinstance(memory_budget_mb, bool) or not isinstance(memory_budget_mb, (int, float)) or not (math.isfinite(memory_budget_mb) and memory_budget_mb > 0):
-            raise ValueError(f"memory_budget_mb must be a finite number > 0, not {memory_budget_mb!r}")
-        self.memory_budget_mb = float(memory_budget_mb)
-        self.lowrank = lowrank
+        """The options are :attr:`option_specs`' (``lowrank`` other than auto: tests, benchmarks)."""
+        given = {"target_gap": target_gap, "max_dense_cells": max_dense_cells, "memory_budget_mb": memory_budget_mb,
+                 "lowrank": lowrank}
+        opts = check_options(self.name, self.option_specs, given)
+        self.target_gap = opts["target_gap"]
+        self.max_dense_cells = opts["max_dense_cells"]
+        memory = opts["memory_budget_mb"]
+        if memory is None:
+            memory = DEFAULT_MEMORY_FRACTION * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        self.memory_budget_mb = memory
+        self.lowrank = opts["lowrank"]
         self._factors: dict[str, tuple[np.ndarray, float, float, str]] = {}
 
     def _solve_factor(self, key: str, store: MatrixStore) -> tuple[np.ndarray, float, float, str]:

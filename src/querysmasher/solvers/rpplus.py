@@ -53,7 +53,8 @@ from ..decompose import Decomposition, SubworkloadGram, is_factor
 from ..errors import InputError
 from ..families import gram_1d
 from ..linalg import MatrixStore, centering, kron_apply, stored_shape
-from .base import SolveEstimate, ViewMechanism, ViewSolution, check_target_gap, pinv_psd
+from ..options import Option, check_options
+from .base import SolveEstimate, ViewMechanism, ViewSolution, pinv_psd
 from .sdp import solve_dense
 
 __all__ = ["RPPlusSolver", "rpplus_factor", "BASIS_CHOICES"]
@@ -96,12 +97,16 @@ class RPPlusSolver:
     """ResidualPlanner+ with per-attribute bases derived in :meth:`prepare` (see the module docstring)."""
 
     name = "rpplus"
+    option_specs = (
+        Option("basis", "choice", "the 1-D workload each attribute's basis is optimised for (default prefix)",
+               choices=BASIS_CHOICES),
+        Option("target_gap", "number", "relative duality gap of the 1-D basis solves (default 1e-4)", low=0, high=1,
+               open_low=True, open_high=True),
+    )
 
     def __init__(self, basis: Literal["prefix", "workload"] = "prefix", target_gap: float = DEFAULT_TARGET_GAP):
-        if basis not in BASIS_CHOICES:
-            raise InputError("rpplus basis", basis, f"must be one of {BASIS_CHOICES}")
-        self.basis = basis
-        self.target_gap = check_target_gap(target_gap)
+        opts = check_options(self.name, self.option_specs, {"basis": basis, "target_gap": target_gap})
+        self.basis, self.target_gap = opts["basis"], opts["target_gap"]
         self.factors: dict[int, np.ndarray] = {}  # attribute -> X_i (unit max diagonal)
         self._pinvs: dict[int, np.ndarray] = {}
 
