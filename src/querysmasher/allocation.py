@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Allocation", "allocate", "rmse", "PredictedError", "BUDGET_MARGIN"]
+__all__ = ["Allocation", "allocate", "rmse", "relative_gap", "is_certified", "PredictedError", "BUDGET_MARGIN"]
 
 # Relative budget left unspent: far above the rounding of a sum over 10^5 views (~1e-11), far
 # below any tolerance a reader would notice.
@@ -80,6 +80,29 @@ def allocate(losses, beta: float, costs=None) -> Allocation:
 def rmse(total_variance: float, queries: float) -> float:
     """sqrt(total weighted variance / number of queries, weights counted as multiplicities)."""
     return math.sqrt(total_variance / queries) if queries else float("nan")
+
+
+def relative_gap(total_variance: float, lower_bound: float) -> float:
+    """How far a plan can be from optimal within its family at most: (variance - certified lower
+    bound) / variance, the one definition every report uses (plan summaries, ``plan.json``, the
+    evaluation, the paper tables; from RMSEs it is 1 - (lower RMSE / RMSE)^2, the same number).
+
+    >>> relative_gap(10.0, 9.0)
+    0.1
+    """
+    return (total_variance - lower_bound) / total_variance if total_variance > 0 else 0.0
+
+
+def is_certified(summary) -> bool:
+    """Whether a plan summary (any plan kind's ``summary()``, or ``plan.json``) carries a certificate:
+    a positive finite lower bound on the optimal variance of the plan's family. The one definition
+    ``plan.json``, the evaluation, the command line and the paper tables use.
+
+    >>> is_certified({"lower_bound": 2.5}), is_certified({"lower_bound": 0.0}), is_certified({"rmse": 1.0})
+    (True, False, False)
+    """
+    lb = summary.get("lower_bound")
+    return isinstance(lb, (int, float)) and not isinstance(lb, bool) and math.isfinite(lb) and lb > 0
 
 
 class PredictedError:

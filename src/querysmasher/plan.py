@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 
 from .accounting import Budget
-from .allocation import Allocation, PredictedError, rmse
+from .allocation import Allocation, PredictedError, relative_gap, rmse
 from .schema import Schema
 from .solvers import ViewSolution
 from .workload import Workload
@@ -74,8 +74,7 @@ class Plan(PredictedError):
 
     @property
     def gap(self) -> float:
-        tv = self.total_variance
-        return (tv - self.lower_bound) / tv if tv > 0 else 0.0
+        return relative_gap(self.total_variance, self.lower_bound)
 
     @cached_property
     def svd_bound(self) -> float | None:
@@ -126,7 +125,7 @@ class Plan(PredictedError):
             out["max_variance_query"] = {"view": [self.schema.names[a] for a in v.attrs], "family": v.family, "index": i}
         if self.max_certificate is not None:
             out.update(self.max_certificate)
-        if self.certified:
+        if self.certified and self.lower_bound > 0:
             out["lower_bound"] = self.lower_bound
             out["lower_bound_rmse"] = rmse(self.lower_bound, self.queries)
             out["gap"] = self.gap

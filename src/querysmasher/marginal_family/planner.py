@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..accounting import Budget
-from ..allocation import BUDGET_MARGIN, rmse
+from ..allocation import BUDGET_MARGIN, relative_gap, rmse
 from ..errors import InputError
 from ..plan import Plan
 from ..schema import Schema, parse_schema
@@ -102,7 +102,7 @@ class MarginalPlan:
 
     @property
     def gap(self) -> float:
-        return (self.total_variance - self.lower_bound) / self.total_variance if self.total_variance > 0 else 0.0
+        return relative_gap(self.total_variance, self.lower_bound)
 
     def gram(self, k: int) -> np.ndarray:
         """X_k over the cells of view k (its privacy Gram at unit noise)."""

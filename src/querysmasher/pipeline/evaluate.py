@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+from ..allocation import is_certified
 from ..atomic import write_json
 from .datasets import load_dataset
 from .layout import solve_benchmark_path, split_solve_path
@@ -70,7 +71,8 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
         "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s.get("residual_views"),
         "measured_views": s.get("measured_views"), "distinct_solves": s.get("distinct_solves", 0),
         "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours") if k in s},
-        "certified": "lower_bound" in s, "lower_bound_rmse": s.get("lower_bound_rmse"), "notes": s.get("notes", []),
+        "certified": is_certified(s), "lower_bound_rmse": s.get("lower_bound_rmse") if is_certified(s) else None,
+        "notes": s.get("notes", []),
     })
     if answers_path:
         from ..threads import budget, parallel_map

@@ -26,6 +26,7 @@ import math
 import re
 from pathlib import Path
 
+from ..allocation import relative_gap
 from ..atomic import write_text
 from ..paper import METHOD_COLUMNS, PaperFigures, load_paper_figures
 
@@ -98,7 +99,7 @@ def _rmse_rows(table: int, metrics: list[dict], unsupported: list[dict], labels:
             "table": table, "dataset": dataset, "n": n, "d": d, "workload": label, "workload_spec": m["workload"],
             "method": m["method"], "queries": _num(m.get("queries")), "paper_queries": qfig.value if qfig else None,
             "status": status, "rmse": rmse, "empirical_rmse": None if status == "NI" else _num(m.get("empirical_rmse")),
-            "lower_bound_rmse": lb, "gap": (1 - (lb / rmse) ** 2) if (lb and rmse) else None,
+            "lower_bound_rmse": lb, "gap": relative_gap(rmse ** 2, lb ** 2) if (lb and rmse) else None,
             "paper": paper, "paper_printed": fig.printed if fig is not None else "",
             "rel_diff": (rmse / paper - 1) if (rmse is not None and paper) else None,
             "reason": m.get("reason", ""),

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from ..accounting import parse_budget
+from ..allocation import is_certified
 from ..atomic import write_json
 from ..methods import get_method
 from ..workloadfile import read_workload_file, write_workload_file
@@ -253,7 +254,7 @@ def allocate_to_files(
         save_plan_summary(plan, plan_path, dict(summary))
     summary.update(experiment or {})
     summary["predicted_rmse"] = plan.rmse
-    summary["certified"] = bool(getattr(plan, "certified", False))
+    summary["certified"] = is_certified(summary)
     summary["privacy"] = plan.budget.to_dict()
     summary["releasable"] = m.measurable(w.schema)
     write_json(plan_json_path, summary)
