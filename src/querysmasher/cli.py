@@ -72,13 +72,16 @@ def _thread_count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .methods import builtin_method_names  # the method table (numpy): when a command runs, not on import
+
     parser = _Parser(prog="querysmasher", description="Optimal scalable matrix mechanisms for linear counting queries under differential privacy.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     common = _output_flags()
     p = sub.add_parser("plan", parents=[common], help="optimise the mechanism for a workload and predict its error")
     p.add_argument("--schema", required=True, help="cps | adult | loans | synthetic:n=N,d=D | a YAML/JSON domain file")
     p.add_argument("--workload", required=True, help="e.g. 'prefix:1,2', 'range:1+affine:2+prefix:3', 'hybrid:1,2,3'")
-    p.add_argument("--method", default="qs", help="qs | wff | rp | rpplus | hdmm | mm (default qs); mm: the exact matrix mechanism over the full domain (small domains)")
+    p.add_argument("--method", default="qs", help=" | ".join(builtin_method_names()) + " or an installed plugin's name (default qs); "
+                   "mm: the exact matrix mechanism over the full domain (small domains)")
     p.add_argument("--objective", choices=("sum", "max"), default="sum", help="minimise the total weighted variance (sum, default) or the largest weighted query variance (max; qs, wff, rp)")
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
@@ -153,6 +156,7 @@ def _solver_options(args: argparse.Namespace) -> dict:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from .allocation import is_certified  # numpy, like what follows: only when planning (import time of the CLI)
     from .methods import get_method  # numpy and the solvers: only when planning (import time of the CLI)
     from .planfiles import save_any_plan
     from .planning import make_plan
@@ -177,7 +181,7 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         views = f"{s['views']} views" + (f", {s['residual_views']} residual views, {s['distinct_solves']} distinct solves" if "residual_views" in s else "")
         print(f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)")
-        if "lower_bound" in s:
+        if is_certified(s):
             print(f"certified lower bound on RMSE {s['lower_bound_rmse']:.6g} (relative gap in variance {s['gap']:.2e})")
         if "max_variance" in s:
             q = s["max_variance_query"]

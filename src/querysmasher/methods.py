@@ -44,7 +44,8 @@ from .options import check_options
 from .registry import PluginRegistry, lazy_factory
 from .solvers import SOLVERS
 
-__all__ = ["Method", "WholeWorkloadPlanner", "PLANNERS", "PLANNER_GROUP", "get_method", "method_names", "OBJECTIVES", "NOISES"]
+__all__ = ["Method", "WholeWorkloadPlanner", "PLANNERS", "PLANNER_GROUP", "get_method", "method_names", "builtin_method_names", "OBJECTIVES",
+           "NOISES"]
 
 PLANNER_GROUP = "querysmasher.planners"
 OBJECTIVES: tuple[str, ...] = ("sum", "max")
@@ -66,6 +67,13 @@ class WholeWorkloadPlanner(Protocol):
 PLANNERS = PluginRegistry(PLANNER_GROUP, {"hdmm": lazy_factory("querysmasher.hdmm.plan", "HDMMPlanner"), "mm": lazy_factory("querysmasher.planners.mm", "MMPlanner"),
                                          "qsplus": lazy_factory("querysmasher.marginal_family.method", "QSPlusPlanner")},
                           reserved=SOLVERS.builtin_names)
+SOLVERS.reserve(PLANNERS.builtin_names)  # a solver may not take a built-in planner's name (qsplus, hdmm, mm)
+
+
+def builtin_method_names() -> list[str]:
+    """The built-in methods of the table, per-view solvers then whole-workload planners (the CLI's
+    help and the config schema's description list these; a test keeps the schema in step)."""
+    return [*sorted(SOLVERS.builtin_names), *sorted(PLANNERS.builtin_names)]
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,15 @@ class PluginRegistry(MutableMapping[str, Callable]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def reserve(self, names: Iterable[str]) -> None:
+        """Add ``names`` (another registry's built-ins) to those refused here; a factory set in this
+        process under one of them is dropped, with a warning (it would shadow a built-in method)."""
+        self._reserved |= frozenset(names)
+        for name in sorted(self._reserved & set(self._runtime)):
+            log.warning("method %r registered at run time dropped: %r is a built-in method", name, name)
+            del self._runtime[name]
+        self._entry_points = None  # rediscovered without the names now reserved
+
     @property
     def builtin_names(self) -> frozenset[str]:
         return frozenset(self._builtins)

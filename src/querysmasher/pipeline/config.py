@@ -130,6 +130,12 @@ def check_config(config: dict) -> dict[str, Experiment]:
     from ..workload import parse_workload
 
     experiments = expand_grid(config)
+    for name, opts in ((config.get("solve") or {}).get("options") or {}).items():
+        try:  # the ranges the method declares (the command line's --option uses the same), then its factory
+            method = get_method(name)
+            method.build(**method.check_options(opts or {}))
+        except InputError as exc:
+            raise InputError(f"config solve.options.{name}: {exc.field}", exc.value, exc.reason) from None
     delta = config.get("delta")
     delta = None if delta is None else float(delta)
     parsed: dict[tuple[str, bool], object] = {}
