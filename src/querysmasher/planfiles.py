@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .io import read_kind
-from .plankinds import PLAN_KINDS, kind_of
+from .plankinds import kind_of, plan_kind
 
 __all__ = ["file_kind_of", "is_plan", "save_any_plan", "load_any_plan", "SUMMARY_KIND", "save_plan_summary", "read_plan_summary"]
 
@@ -36,8 +36,9 @@ def file_kind_of(path: str | Path) -> str:
     if kind == SUMMARY_KIND:
         raise InputError("plan file", str(path), "holds a plan's summary without its mechanisms (written by a plan-only "
                          "experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure")
-    if kind not in PLAN_KINDS:
-        raise InputError("plan file", str(path), f"holds a {kind!r}, not a plan")
+    if plan_kind(kind) is None:
+        raise InputError("plan file", str(path), f"holds a {kind!r}, not a plan of a known kind (a plugin's plan kind is found "
+                         "through its entry point, group querysmasher.plan_kinds)")
     return kind
 
 
@@ -94,4 +95,4 @@ def save_any_plan(plan, path: str | Path) -> None:
 
 def load_any_plan(path: str | Path):
     """The plan stored in ``path``, of whichever kind, every field checked."""
-    return PLAN_KINDS[file_kind_of(path)].op("load")(path)
+    return plan_kind(file_kind_of(path)).op("load")(path)

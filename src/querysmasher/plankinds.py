@@ -11,7 +11,12 @@ operations; nothing else asks "is it HDMM?".
 Operations are named as ``"module:attribute"`` and imported when first used, so this table sits at
 the bottom of the library without importing what it names, and a stage that needs one operation
 loads only that operation's code (planning never loads the release code). A new mechanism family
-with its own plan record adds one :class:`PlanKind` with :func:`register_plan_kind`:
+with its own plan record adds one :class:`PlanKind`: in this process with :func:`register_plan_kind`,
+or -- so that a fresh ``querysmasher measure`` process can load its plan files -- as an entry point
+of the group ``querysmasher.plan_kinds`` (:data:`PLAN_KIND_GROUP`) named after its ``file_kind``,
+whose value is the :class:`PlanKind` (``"package.module:KIND"``); :func:`plan_kind` finds both.
+The planner itself declares the kind of its plans as its class attribute ``plan_kind`` (default
+``"plan"``). ``docs/solvers.md`` shows one, and ``examples/querysmasher-plugin-example`` has it:
 
 >>> k = PLAN_KINDS["hdmm-plan"]
 >>> k.per_view_tables, k.op("load").__name__
@@ -30,7 +35,9 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["PlanKind", "PLAN_KINDS", "register_plan_kind", "kind_of", "OPERATIONS"]
+__all__ = ["PlanKind", "PLAN_KINDS", "PLAN_KIND_GROUP", "register_plan_kind", "plan_kind", "kind_of", "OPERATIONS"]
+
+PLAN_KIND_GROUP = "querysmasher.plan_kinds"
 
 # What a kind provides, with the signature each operation must have:
 OPERATIONS: dict[str, str] = {
@@ -90,9 +97,33 @@ def register_plan_kind(kind: PlanKind) -> PlanKind:
     return kind
 
 
+_DISCOVERED: dict[str, object] | None = None  # the group's entry points by name, found once
+
+
+def plan_kind(file_kind) -> PlanKind | None:
+    """The kind registered under ``file_kind`` (a built-in, one registered in this process, or an
+    installed plugin's entry point of :data:`PLAN_KIND_GROUP`, loaded on first use); None if none."""
+    global _DISCOVERED
+    if not isinstance(file_kind, str):
+        return None
+    if file_kind in PLAN_KINDS:
+        return PLAN_KINDS[file_kind]
+    if _DISCOVERED is None:
+        from importlib.metadata import entry_points
+
+        _DISCOVERED = {ep.name: ep for ep in entry_points(group=PLAN_KIND_GROUP)}
+    ep = _DISCOVERED.get(file_kind)
+    if ep is None:
+        return None
+    kind = ep.load()
+    if not isinstance(kind, PlanKind) or kind.file_kind != file_kind:
+        raise InputError("plan kind", file_kind, f"entry point {ep.value!r} is not a PlanKind with file_kind {file_kind!r}")
+    return register_plan_kind(kind)
+
+
 def kind_of(plan) -> PlanKind:
     """The kind of a plan object (its class's ``file_kind``); an InputError for anything else."""
-    kind = PLAN_KINDS.get(getattr(type(plan), "file_kind", None))
+    kind = plan_kind(getattr(type(plan), "file_kind", None))
     if kind is None or not isinstance(plan, kind.record_type()):
         raise InputError("plan", type(plan).__name__, f"is not a plan of a known kind ({', '.join(PLAN_KINDS)})")
     return kind

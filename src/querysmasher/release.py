@@ -143,9 +143,9 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
         m.check(noise="gaussian", neighbours=neighbours)
     except InputError as exc:
         raise InputError("release spec: method", method, exc.reason) from None
-    from .plankinds import PLAN_KINDS
+    from .plankinds import plan_kind
 
-    kind = PLAN_KINDS.get(m.declared("plan_kind", "plan"))
+    kind = plan_kind(m.declared("plan_kind", "plan"))
     if kind is None or not kind.release_tables:
         raise InputError("release spec: method", method, "makes plans without per-view tables (answers only): a release publishes tables")
     on_invalid = raw.get("on_invalid", "error")
