@@ -196,7 +196,8 @@ _FINGERPRINTS = {}
 
 
 def lib(stage, method=None):
-    """Library version + hash of the code this stage runs (a params entry: edits re-run the rule)."""
+    """Library version + hash of the code this stage runs for ``method`` (the job's experiment's or
+    release's: its solver or planner, its plan kind's operations; a params entry: edits re-run the rule)."""
     if (stage, method) not in _FINGERPRINTS:
         _FINGERPRINTS[(stage, method)] = library_fingerprint(stage, method)
     return _FINGERPRINTS[(stage, method)]

@@ -28,7 +28,7 @@ checkpoint decompose:
         batch_max_seconds=SOLVE["batch_max_seconds"],
         batch_size=SOLVE["batch_size"],
         batch_seconds=SOLVE["batch_seconds"],
-        lib=lib("decompose"),
+        lib=lambda wc: lib("decompose", problem_of(wc).method),
     log:
         f"{R}/problems/{{problem}}/logs/decompose.log",
     benchmark:

@@ -30,7 +30,7 @@ rule evaluate:
         source=lambda wc: experiment_data_source(wc) if MEASURED[wc.experiment] else None,
         experiment=lambda wc: experiment_of(wc).as_dict(),
         stages=_stages,
-        lib=lib("evaluate"),
+        lib=lambda wc: lib("evaluate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",
     benchmark:

@@ -13,7 +13,7 @@ rule measure:
     params:
         source=experiment_data_source,
         seed=lambda wc: experiment_of(wc).seed,
-        lib=lib("measure"),
+        lib=lambda wc: lib("measure", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/measure.log",
     benchmark:

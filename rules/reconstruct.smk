@@ -11,7 +11,7 @@ rule reconstruct:
         **({"tables": directory(f"{R}/{{experiment}}/tables")} if CSV_TABLES else {}),
     params:
         max_answers=config["reconstruct"]["max_answers"],
-        lib=lib("reconstruct"),
+        lib=lambda wc: lib("reconstruct", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/reconstruct.log",
     benchmark:

@@ -14,7 +14,7 @@ rule release:
         directory(layout.release_dir("{name}")),
     params:
         spec=lambda wc: config["releases"][wc.name],
-        lib=lib("release"),
+        lib=lambda wc: lib("release", release_spec(wc).method),
     log:
         layout.release_log_path("{name}"),
     benchmark:
