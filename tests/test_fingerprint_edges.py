@@ -66,7 +66,8 @@ def _changed(package, module: str) -> set[tuple[str, str]]:
     return {k for k in before if before[k] != after[k]}
 
 
-@pytest.mark.parametrize("method, module", [("hdmm", "hdmm/release.py"), ("qsplus", "marginal_family/release.py")])
+@pytest.mark.parametrize("method, module", [("hdmm", "hdmm/release.py"), ("qsplus", "marginal_family/release.py"),
+                                            ("qsplus", "marginal_family/gls.py")])
 def test_a_plan_kinds_release_module_reruns_its_methods_release_stages_only(package, method, module):
     """The module of a kind's check, measure, reconstruct and released-answers operations (named by
     string in the plan-kind table, reached by no import of the stages) is part of that method's

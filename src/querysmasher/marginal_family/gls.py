@@ -1,4 +1,8 @@
-"""Release math of a marginal-family plan: measurement operators, noisy measurements, GLS answers and exact variances.
+"""Release math of a marginal-family plan: noisy measurements, GLS answers and exact variances.
+
+What measure applies -- the operators and their privacy cost -- lives in :mod:`.operators`, which
+planning uses too; this module is the measure and reconstruct side only, so editing it never re-runs
+a plan.
 
 Each marginal view k releases y_k = B_k x_k + N(0, sigma_k^2 I) with B_k = F^T (the view's unit-
 diagonal correlation factor) and sigma_k^2 = 1 / share_k, so its privacy Gram B^T B / sigma^2 is
@@ -27,48 +31,10 @@ import scipy.linalg
 from ..decompose import view_query_matrix
 from ..errors import InputError
 from ..families import query_matrix_1d
-from ..linalg import psd_power
-from ..mechanisms.base import factor_pair_distance
 from .basis import from_residual, to_residual, view_coords
+from .operators import Measurement, applied_privacy_cost, measurement_operators
 
-__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost", "measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries",
-           "check_estimable"]
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One released vector: y = ``operator`` @ (marginal on ``attrs``) + N(0, ``sigma2`` I)."""
-
-    attrs: tuple[int, ...]
-    operator: np.ndarray  # rows x cells of the marginal
-    sigma2: float
-    kind: str  # "marginal" (a marginal view) or "residual" (a residual-only subset, qs mechanism)
-
-
-def measurement_operators(plan) -> list[Measurement]:
-    """The operators measure applies, in order: marginal views, then residual-only subsets."""
-    out = []
-    for k, attrs in enumerate(plan.views):
-        f = plan.factors[int(plan.factor_of[k])]
-        out.append(Measurement(tuple(attrs), f.T, 1.0 / float(plan.shares[k]), "marginal"))
-    for j, attrs in enumerate(plan.residual_views):
-        mech = plan.residual_mechanism(j)
-        out.append(Measurement(tuple(attrs), psd_power(mech.dense_x(), 0.5), float(plan.residual_sigma2[j]), "residual"))
-    return out
-
-
-def applied_privacy_cost(measurements: list[Measurement], neighbours: str = "add-remove") -> float:
-    """The privacy cost of the operators actually applied, summed over the measurements (each over
-    its sigma^2). Add-remove: one record adds one cell to each marginal, so a measurement costs
-    the largest squared column norm of B. Replace: one record moves from one cell of each marginal
-    to another (or stays), so a measurement costs at most max over cell pairs of |B (e_i - e_j)|^2
-    (:func:`~querysmasher.mechanisms.base.factor_pair_distance`); the sum over-reports when no
-    record pair reaches every measurement's worst pair at once, which is safe."""
-    if neighbours == "add-remove":
-        return float(sum(np.max(np.einsum("ij,ij->j", m.operator, m.operator)) / m.sigma2 for m in measurements))
-    if neighbours == "replace":
-        return float(sum(factor_pair_distance(m.operator.T) / m.sigma2 for m in measurements))
-    raise ValueError(f"neighbours must be add-remove or replace, not {neighbours!r}")
+__all__ = ["measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries", "check_estimable"]
 
 
 def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:

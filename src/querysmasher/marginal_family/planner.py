@@ -6,7 +6,7 @@ to the certified gap (:mod:`.optimize`; for a uniform schema with the same pair 
 pair, the exact reduced SDP of :mod:`.symmetric` instead) and keeps the better of the start and the
 optimum, so the plan never ends above ``qs``. Privacy (zCDP/beta-style: the views' costs add up): under add-remove
 neighbours a view's mechanism costs its Gram's largest diagonal entry, and the optimum is certified;
-under replace it costs its largest cell-pair distance (:func:`.gls.applied_privacy_cost`), and the
+under replace it costs its largest cell-pair distance (:func:`.operators.applied_privacy_cost`), and the
 plan is the add-remove optimum with every noise scaled to spend the budget under replace (valid,
 not certified: the optimiser's cost constraints are the diagonal ones).
 
@@ -118,7 +118,7 @@ class MarginalPlan:
         """The plan's privacy cost under its budget's relation: add-remove, sum_k max diag X_k +
         sum_T cost_T / sigma_T^2 from the plan's fields; replace, of the operators measure applies."""
         if self.budget.neighbours != "add-remove":
-            from .gls import applied_privacy_cost, measurement_operators
+            from .operators import applied_privacy_cost, measurement_operators
 
             return applied_privacy_cost(measurement_operators(self), self.budget.neighbours)
         c = sum(float(np.max(np.einsum("ij,ij->i", self.factors[int(self.factor_of[k])], self.factors[int(self.factor_of[k])]))) * float(self.shares[k])
@@ -366,7 +366,7 @@ def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
     from dataclasses import replace
 
     from ..planners.residual import plan_residual
-    from .gls import applied_privacy_cost, measurement_operators
+    from .operators import applied_privacy_cost, measurement_operators
 
     cost = applied_privacy_cost(measurement_operators(base), budget.neighbours)
     scale = budget.beta * (1 - BUDGET_MARGIN) / cost  # shares (1 / sigma^2) times this

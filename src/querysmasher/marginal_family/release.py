@@ -3,7 +3,7 @@ answers, with their measurement and answer files (the plan kind ``marginal-plan`
 :mod:`querysmasher.plankinds`).
 
 The privacy cost is recomputed from the operators measure applies
-(:func:`.gls.applied_privacy_cost` of :func:`.gls.measurement_operators`) before any record is
+(:func:`.operators.applied_privacy_cost` of :func:`.operators.measurement_operators`) before any record is
 read, and refused above the plan's budget (no tolerance). Each measurement is one vector:
 operator @ (the view's marginal, counted from the records) + Gaussian noise from the
 :class:`querysmasher.noise.NoiseSource`. Reconstruction reads back one finite float vector of the
@@ -23,7 +23,8 @@ from ..errors import InputError, require_finite
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import as_noise, check_noise_scales
 from ..tablefiles import write_table_files
-from .gls import applied_privacy_cost, check_estimable, measure_marginals, measurement_operators, reconstruct
+from .gls import check_estimable, measure_marginals, reconstruct
+from .operators import applied_privacy_cost, measurement_operators
 
 __all__ = ["check_marginal_plan", "measure_marginal_to_file", "reconstruct_marginal_to_file", "marginal_released_answers", "marginal_release_tables",
            "marginal_table_data"]
