@@ -66,7 +66,7 @@ def main() -> None:
     t0 = time.perf_counter()
     plan = load_plan(tmp / "plan.h5")
     r, seeded = make_rng(1)
-    save_measurements(tmp / "m.h5", plan, measure_iter(plan, records, r), seeded=seeded, plan_sha256=plan_digest(tmp / "plan.h5"))
+    save_measurements(tmp / "m.h5", plan, measure_iter(plan, records, r), seeded=seeded, plan_sha256=plan_digest(tmp / "plan.h5"), sampler="numpy")
     record("measure", t0)
 
     t0 = time.perf_counter()

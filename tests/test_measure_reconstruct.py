@@ -72,7 +72,7 @@ def test_release_holds_no_true_count(small, tmp_path):
     plan = make_plan(schema, "hybrid:1,2,3", "wff", Budget.from_beta(1.0))
     save_plan(plan, tmp_path / "p.h5")
     rng, seeded = make_rng(None)
-    save_measurements(tmp_path / "m.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(tmp_path / "p.h5"))
+    save_measurements(tmp_path / "m.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(tmp_path / "p.h5"), sampler="numpy")
     true_vectors = []
     for a in plan.views:
         from querysmasher.data import marginal
@@ -107,7 +107,7 @@ def test_seeded_release_is_marked_and_reproducible(small, tmp_path):
     save_plan(plan, tmp_path / "p.h5")
     for name in ("a", "b"):
         rng, seeded = make_rng(42)
-        save_measurements(tmp_path / f"{name}.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256="x")
+        save_measurements(tmp_path / f"{name}.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256="x", sampler="numpy")
     with h5py.File(tmp_path / "a.h5") as fa, h5py.File(tmp_path / "b.h5") as fb:
         assert fa.attrs["seeded"] and np.array_equal(fa["y"][()], fb["y"][()])
     assert make_rng(42)[1] and make_rng(42)[0].random() == np.random.default_rng(42).random()

@@ -253,3 +253,19 @@ def test_a_residual_plan_that_cannot_answer_its_workload_is_refused_before_recor
     assert main(["measure", "--plan", str(bad), "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.h5"), "--seed", "1"]) == 2
     _one_line_error(capsys, "cannot be given")
     assert not (tmp_path / "m.h5").exists()
+
+
+@pytest.mark.parametrize("sampler", ["opendp", "numpy"])
+def test_a_release_saved_from_the_python_api_records_its_sampler(tmp_path, sampler):
+    """In-memory residual measurements carry their sampler to the file they are saved as (they were
+    saved as 'numpy' whichever sampler drew the noise)."""
+    import querysmasher as qs
+
+    plan = qs.make_plan("synthetic:n=3,d=2", "prefix:1", method="rp", rho=0.5)
+    records = pd.DataFrame(np.random.default_rng(0).integers(0, 3, (50, 2)), columns=plan.schema.names)
+    release = plan.measure(records, sampler=sampler)
+    qs.save(plan, tmp_path / "p.h5")
+    qs.save(release, tmp_path / "m.h5")
+    with h5py.File(tmp_path / "m.h5") as f:
+        assert f.attrs["sampler"] == sampler
+    assert qs.load(tmp_path / "m.h5", plan=tmp_path / "p.h5").sampler == sampler

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError, require_finite
+from .noise import SAMPLERS
 from .threads import at_most
 from .logs import progress
 from .plan import Plan
@@ -153,6 +154,7 @@ class Measurements:
     y: list[np.ndarray] | _Segments  # per measured view: cells (x draws, for Monte Carlo)
     seeded: bool
     plan_sha256: str = ""
+    sampler: str = ""  # the sampler that drew the noise (querysmasher.noise.SAMPLERS), saved with the vectors
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.view_index)} measured views{', seeded' if self.seeded else ''})"
@@ -204,11 +206,14 @@ def measure_iter(plan: Plan, records: Records, rng: np.random.Generator | NoiseS
 
 def measure(plan: Plan, records: Records, rng: np.random.Generator, *, seeded: bool = False, draws: int | None = None) -> Measurements:
     """Run every view's mechanism once (or ``draws`` times with independent noise, for tests)."""
-    pairs = list(measure_iter(plan, records, rng, draws=draws))
-    return Measurements(np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded)
+    from .noise import as_noise
+
+    noise = as_noise(rng)
+    pairs = list(measure_iter(plan, records, noise, draws=draws))
+    return Measurements(np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded, sampler=noise.sampler)
 
 
-def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, plan_sha256: str, sampler: str = "numpy") -> None:
+def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, plan_sha256: str, sampler: str) -> None:
     """Write the release file from (view index, y) pairs (e.g. :func:`measure_iter`), streaming.
 
     It holds the noisy vectors, which views they belong to, the plan's digest and the budget:
@@ -216,6 +221,8 @@ def save_measurements(path: str | Path, plan: Plan, stream, *, seeded: bool, pla
     """
     from .io import atomic_h5, put, put_json
 
+    if sampler not in SAMPLERS:  # every measurements file says which sampler drew its noise
+        raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
     idx = measured_views(plan)
     lengths = np.array([plan.solutions[plan.keys[i]].mechanism.outputs for i in idx], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -263,6 +270,7 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Pl
         if plan_sha256 is not None and digest != plan_sha256:
             raise InputError("measurements file", str(path), "was made with a different plan (plan_sha256 differs)")
         seeded = r.flag(f, "seeded")
+        sampler = r.text(f, "sampler", choices=SAMPLERS, default="")
         index, offs, _ = _read_layout(f)
         if plan is not None:
             idx = measured_views(plan)
@@ -271,7 +279,7 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan: Pl
             if index.shape != idx.shape or not np.array_equal(index, idx) or offs.shape != want.shape or not np.array_equal(offs, want):
                 raise InputError("measurements file", str(path), "does not hold one vector per measured view of the plan (view_index/offsets/y disagree)")
             r.finite_vector(f, "y", int(want[-1]))
-    return Measurements(index, _Segments(path, offs), seeded, digest)
+    return Measurements(index, _Segments(path, offs), seeded, digest, sampler)
 
 
 def check_plan(plan) -> float:

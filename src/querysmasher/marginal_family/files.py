@@ -3,14 +3,21 @@
 A plan file stores the schema, the workload spec, the budget, the problem's options
 (``max_view_size``, ``max_view_cells``, whether the views share one mechanism), the optimised
 variables (the marginal views, their unit-diagonal factors, ``factor_of`` and shares; the
-residual-only subsets and their noise variances) and the planned/certified totals, plus the
-``summary`` the workflow reads. Loading does not re-run the optimiser: it re-parses the schema and
-workload, re-runs the deterministic ``qs`` residual planner at beta = 1 (the residual-only subsets'
-mechanisms and the problem's structure come from it), rebuilds the problem with the stored options,
-checks that its views are the stored ones, and rebuilds the :class:`.planner.MarginalPlan` from the
-stored variables. Every field is read through :mod:`querysmasher.h5read` with its type, shape and
-range checked (one InputError naming the field otherwise). The privacy cost is not trusted from the
-file: measure re-computes it from the applied operators (:func:`.release.check_marginal_plan`).
+residual-only subsets and their noise variances), what the plan keeps of its ``qs`` reference plan
+at beta = 1 (each residual-only subset's mechanism, loss and privacy cost: the group
+``residual_mechanisms`` in the format of :func:`querysmasher.planfile.write_solution`,
+``residual_losses``, ``residual_costs``) and the planned/certified totals, plus the ``summary`` the
+workflow reads. Loading runs no planner, solver or optimiser (planning ``qs`` again took minutes
+at [10]^40): it re-parses the schema and workload, rebuilds the problem from them, the stored
+options and the stored residual-only subsets (:func:`.problem.build_problem` with the ``qs`` plan
+restricted to those subsets, all a plan uses of it), checks that its views are the stored ones and
+that the residual-only subsets are every subset the workload touches beside the marginal views
+(its decomposition, :func:`querysmasher.decompose.decompose`), and rebuilds the
+:class:`.planner.MarginalPlan` from the stored variables. Every field is read through
+:mod:`querysmasher.h5read` with its type, shape and range checked (one InputError naming the field
+otherwise). The privacy cost is not trusted from the file: measure re-computes it from the applied
+operators (:func:`.release.check_marginal_plan`). Files of format 1 (without the residual-only
+mechanisms, planned again on load) are refused in one line.
 """
 
 from __future__ import annotations
@@ -21,14 +28,19 @@ import numpy as np
 
 from .. import h5read as r
 from ..accounting import NEIGHBOURS, Budget
+from ..allocation import allocate
+from ..decompose import decompose
 from ..errors import InputError
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import MAX_NOISE_VARIANCE
-from ..workload import parse_workload
+from ..plan import Plan
+from ..planfile import read_solution, write_solution
+from ..schema import Schema
+from ..workload import Workload, parse_workload
 
 __all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
 
-MARGINAL_PLAN_FORMAT = 1
+MARGINAL_PLAN_FORMAT = 2  # 1: without the residual-only subsets' mechanisms (planned again on load)
 
 
 def save_marginal_plan(plan, path: str | Path) -> None:
@@ -55,6 +67,15 @@ def save_marginal_plan(plan, path: str | Path) -> None:
         g = new_group(f, "factors")
         for i, fac in enumerate(plan.factors):
             put(g, str(i), np.asarray(fac, dtype=np.float64))
+        # what the plan uses of its qs reference plan, so that loading it needs no planner
+        ref = plan.residual_plan
+        index = [ref.views.index(t) for t in plan.residual_views]
+        costs = ref.allocation.costs
+        put(f, "residual_losses", np.array([ref.losses[i] for i in index], dtype=np.float64))
+        put(f, "residual_costs", np.array([1.0 if costs is None else costs[i] for i in index], dtype=np.float64))
+        g = new_group(f, "residual_mechanisms")
+        for j, i in enumerate(index):
+            write_solution(new_group(g, str(j)), ref.solutions[ref.keys[i]])
 
 
 def _refuse(path, reason: str) -> InputError:
@@ -72,16 +93,51 @@ def _attr_lists(f, name: str, n_attrs: int) -> list[tuple[int, ...]]:
     return out
 
 
+def _residual_only_plan(f, schema: Schema, workload: Workload, subsets: list[tuple[int, ...]]) -> Plan:
+    """The ``qs`` plan at beta = 1 restricted to the residual-only subsets: all a loaded plan uses of
+    its reference plan (their losses and costs shape the problem, their mechanisms are measured).
+    Every field checked: one solution group per subset, of its sizes; positive finite losses and
+    costs, which allocate (only absurd ones do not)."""
+    n = len(subsets)
+    losses = r.array(f, "residual_losses", kind="f", shape=(n,), positive=True)
+    costs = r.array(f, "residual_costs", kind="f", shape=(n,), positive=True)
+    try:
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # absurd values: refused here
+            allocation = allocate(losses, 1.0, costs)
+    except InputError:
+        why = "give no finite noise scale with residual_costs"
+        raise r.bad(f, "residual_losses", losses.tolist()[:4], why) from None
+    g = r.child(f, "residual_mechanisms", group=True)
+    names = r.members(g)
+    if sorted(names) != sorted(str(j) for j in range(n)):
+        raise r.bad(g, "", sorted(names)[:5],
+                    f"must hold one mechanism per residual-only subset ({n}), named 0, 1, ...")
+    keys = [str(j) for j in range(n)]
+    sizes = [tuple(schema.sizes[a] for a in t) for t in subsets]
+    solutions = {k: read_solution(r.child(g, k, group=True), s) for k, s in zip(keys, sizes)}
+    return Plan(schema, workload, "qs", Budget.from_beta(1.0), list(subsets), keys, np.ones(n), losses, np.zeros(n),
+                allocation, solutions, len(workload.views))
+
+
+def _uncovered_subsets(workload: Workload, problem) -> set[tuple[int, ...]]:
+    """The residual subsets with a part of the workload (a non-zero Gram) that no marginal view of
+    ``problem`` covers: those its ``qs`` reference plan measures (their losses are positive)."""
+    covered = set(problem.lower) | {v.attrs for v in problem.views}
+    return {s for s, g in decompose(workload).grams.items() if g.trace > 0 and s not in covered}
+
+
 def load_marginal_plan(path: str | Path):
-    from ..planners.residual import plan_residual
-    from ..solvers.qs import QSSolver
+    """The stored plan, every field checked (an InputError naming it otherwise); no planner, solver
+    or optimiser runs (module docstring)."""
     from .planner import MarginalPlan
     from .problem import build_problem
 
     with open_h5(path, "marginal-plan") as f, r.h5py_errors(path, "qsplus plan file"):
         fmt = r.integer(f, "marginal_plan_format", lo=1)
         if fmt != MARGINAL_PLAN_FORMAT:
-            raise r.bad(f, "marginal_plan_format", fmt, f"this version reads format {MARGINAL_PLAN_FORMAT} only", attr=True)
+            raise r.bad(f, "marginal_plan_format", fmt, f"this version reads format {MARGINAL_PLAN_FORMAT} only "
+                        "(format 1 does not store the residual-only subsets' mechanisms): re-run 'querysmasher plan'",
+                        attr=True)
         r.text(f, "method", choices=("qsplus",))
         schema = r.read_schema(f, "schema")
         try:
@@ -115,11 +171,14 @@ def load_marginal_plan(path: str | Path):
             raise r.bad(f, "phase_seconds", seconds, "must map phases to non-negative seconds", attr=True)
         views = _attr_lists(f, "views", len(schema))
         residual_views = _attr_lists(f, "residual_views", len(schema))
-        # the deterministic qs plan at beta = 1 and the problem, rebuilt with the stored options
-        residual_plan = plan_residual(workload, "qs", QSSolver(), Budget.from_beta(1.0))
+        residual_plan = _residual_only_plan(f, schema, workload, residual_views)
         problem = build_problem(workload, residual_plan, max_view_size=mvs, max_view_cells=mvc, tie=tie)
         if [tuple(v.attrs) for v in problem.views] != views or list(problem.residual_only) != residual_views:
             raise _refuse(path, "its views are not those the qsplus problem of its workload has")
+        # reconstruct would answer a part of the workload on a subset measured by nothing as 0: every
+        # residual subset the workload touches is a marginal view, a lower subset or stored, once
+        if sorted(residual_views) != sorted(_uncovered_subsets(workload, problem)):
+            raise _refuse(path, "its residual-only subsets are not those its workload needs beside its marginal views")
         nv = len(views)
         n_factors = 1 if problem.tied else nv
         factor_of = r.array(f, "factor_of", kind="i", shape=(nv,), lo=0, hi=n_factors - 1)
