@@ -3,8 +3,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Property tests draw the same examples on every run (a gate that passes once passes again; a failure
+# reproduces), and keep no example database in the checkout. A wider, random search of the same
+# properties: python -m pytest --hypothesis-profile=fuzz -k propert (or tests/test_*properties*.py).
+settings.register_profile("gate", derandomize=True, database=None)
+settings.register_profile("fuzz", max_examples=2000, database=None)
+settings.load_profile("gate")
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 
