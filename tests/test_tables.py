@@ -70,3 +70,34 @@ def test_rank_deficient_views_get_no_per_cell_table(tmp_path, small_schema):
         assert (t["file"] is not None) == cells_estimable(plan, attrs)[0]
         assert (tmp_path / ("__".join(t["view"]) + ".csv")).exists() == (t["file"] is not None)
     assert len(index["answers"]) == len(plan.workload.views)  # the workload answers are always there
+
+
+def test_a_full_domain_plan_publishes_the_tables_its_mechanism_reaches(tmp_path):
+    """mm plans (one mechanism over the whole domain) publish every workload view's table with its
+    standard errors (they were all omitted as 'residual view (total) is not measured'); a table
+    outside the mechanism's range is omitted, saying so."""
+    import json
+
+    import pandas as pd
+
+    from querysmasher.cli import main
+    from querysmasher.fulldomain import marginal_estimable
+    from querysmasher.planfiles import load_any_plan
+    from querysmasher.variances import view_variances
+    from querysmasher.workload import WorkloadView
+
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (100, 2)), columns=["a0", "a1"]).to_csv(tmp_path / "d.csv", index=False)
+    for workload, published in (("prefix:1+marginal:2", {"a0.csv", "a1.csv", "a0__a1.csv"}), ("marginal:1", {"a0.csv", "a1.csv"})):
+        plan, meas, out = tmp_path / f"{workload}.h5", tmp_path / f"{workload}-m.h5", tmp_path / f"{workload}-t"
+        assert main(["plan", "--schema", "synthetic:n=3,d=2", "--workload", workload, "--method", "mm", "--out", str(plan), "-q"]) == 0
+        assert main(["measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(meas), "--seed", "1", "-q"]) == 0
+        assert main(["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(tmp_path / "a.h5"), "--csv", str(out), "-q"]) == 0
+        index = json.loads((out / "tables.json").read_text())
+        assert {t["file"] for t in index["tables"] if t["file"]} == published
+        p = load_any_plan(plan)
+        table = pd.read_csv(out / "a0.csv")
+        want = view_variances(p, WorkloadView((0,), "marginal", 1.0, ("marginal",)))
+        assert np.allclose(table.std_error ** 2, want, rtol=1e-9)
+    # an mm plan for the 1-way marginals alone does not reach the 2-way cells (rank 5 of 9)
+    ok, why = marginal_estimable(load_any_plan(tmp_path / "marginal:1.h5"), (0, 1))
+    assert not ok and "projection" in why

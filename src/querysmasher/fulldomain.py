@@ -36,6 +36,7 @@ __all__ = [
     "query_row_chunks",
     "full_domain_variances",
     "is_full_domain_plan",
+    "marginal_estimable",
     "plan_query_variances",
     "plan_view_variances",
 ]
@@ -132,6 +133,23 @@ def _pinv(mech) -> np.ndarray:
     from .linalg import pinv_psd
 
     return pinv_psd(mech.dense_x())
+
+
+def marginal_estimable(plan, attrs: tuple[int, ...], rtol: float = 1e-8) -> tuple[bool, str]:
+    """(estimable, reason) for the marginal table on ``attrs`` under a full-domain plan: every row
+    of the marginalisation map M lies in the range of the mechanism X (M X X^+ = M), so the table
+    reconstructed from the full-domain estimate is unbiased (not only when X has full rank: a plan
+    for 1-way marginals may leave 2-way directions out)."""
+    if not np.isfinite(plan.allocation.sigma2[0]):
+        return False, "the full-domain view is not measured"
+    mech = plan.solutions[plan.keys[0]].mechanism
+    x = mech.dense_x()
+    projector = x @ _pinv(mech)
+    m = marginalise(np.eye(x.shape[0]), plan.schema.sizes, attrs)
+    off = np.linalg.norm(marginalise(projector.T, plan.schema.sizes, attrs) - m)
+    if off > rtol * max(np.linalg.norm(m), 1.0):
+        return False, "the full-domain mechanism does not reach every cell of this marginal: the table is a projection"
+    return True, ""
 
 
 def plan_query_variances(plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:

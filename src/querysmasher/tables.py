@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .fulldomain import is_full_domain_plan, marginal_estimable
 from .tablefiles import write_table_files
 from .workload import WorkloadView
 
@@ -35,6 +36,8 @@ MAX_EXPLICIT_CELLS = 4096  # cell variances through a non-Kronecker residual mec
 
 def cells_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
     """(estimable, reason): whether every cell count of view ``attrs`` is estimable."""
+    if is_full_domain_plan(plan):  # one mechanism over every attribute: its range, not residual views
+        return marginal_estimable(plan, tuple(attrs))
     sizes = plan.schema.sizes
     measured = {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
     for r in range(len(attrs) + 1):
