@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -175,6 +176,18 @@ class _Solver:
         return c, sz, lp, lg, tops, res
 
 
+# One elimination per plan object: the privacy re-check (check_estimable), measure's own re-check and
+# reconstruct all use it (a plan record is not changed once planned; a rescaled plan is a new object).
+_ELIMINATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _solver_of(plan) -> _Solver:
+    sol = _ELIMINATED.get(plan)
+    if sol is None:
+        sol = _ELIMINATED[plan] = _Solver(plan)
+    return sol
+
+
 ESTIMABLE_RTOL = 1e-8  # a query's part outside its residual mechanism's range, relative to the part
 
 
@@ -185,7 +198,7 @@ def check_estimable(plan) -> None:
     that subset's mechanism. :func:`reconstruct` relies on both; measuring such a plan would spend
     the budget on answers that cannot be given."""
     try:
-        sol = _Solver(plan)
+        sol = _solver_of(plan)
     except (np.linalg.LinAlgError, ValueError):
         raise InputError("plan", plan.method, "its mechanisms do not determine every workload query (singular normal equations): "
                          "measuring it would spend the budget on answers that cannot be given") from None
@@ -212,7 +225,7 @@ def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] 
     most ``max_cells`` cells whose table is an unbiased estimate of the marginal, else None;
     :func:`table_estimable` says why)."""
     ops = measurement_operators(plan) if ops is None else ops
-    sol = _Solver(plan)
+    sol = _solver_of(plan)
     phi = sol.solve(ops, measurements)
     wl = plan.workload
     answers, variances, tables, cell_var = [], [], [], []
