@@ -34,7 +34,7 @@ def main() -> None:
 
     from querysmasher.accounting import Budget
     from querysmasher.data import validate_records
-    from querysmasher.measure import check_budget, measure_iter, measured_views
+    from querysmasher.measure import check_budget, measure_iter, measurements_of
     from querysmasher.noise import make_noise
     from querysmasher.planning import make_plan
     from querysmasher.schema import parse_schema
@@ -47,10 +47,10 @@ def main() -> None:
     t0 = time.perf_counter()
     plan = make_plan(schema, args.workload, args.method, Budget.from_beta(1.0))
     plan_s = time.perf_counter() - t0
-    idx = measured_views(plan)
-    cells = [math.prod(schema.sizes[a] for a in plan.views[i]) for i in idx]
+    ms = measurements_of(plan)
+    cells = [math.prod(schema.sizes[a] for a in m.attrs) for m in ms]
     total_cells = int(sum(cells))
-    out = {"args": vars(args), "plan_seconds": round(plan_s, 2), "measured_views": len(idx), "total_cells": total_cells, "samplers": {}}
+    out = {"args": vars(args), "plan_seconds": round(plan_s, 2), "measured_views": len(ms), "total_cells": total_cells, "samplers": {}}
 
     t = time.perf_counter()
     check_budget(plan)  # the privacy re-check: it computes every distinct X^(1/2), which measure reuses

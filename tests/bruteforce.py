@@ -297,7 +297,7 @@ def gls_histogram(plan, meas) -> np.ndarray:
     """The least-squares estimate of the full-domain histogram from a release: the minimum-norm
     solution of R x = y / sigma over every measured view's operator R (numpy's lstsq)."""
     ops, ys = [], []
-    for i, y in zip(meas.view_index, meas.y):
+    for i, y in zip(meas.index, meas.y):
         ops.append(measured_operator(plan, int(i)))
         ys.append(np.asarray(y, dtype=float) / np.sqrt(plan.allocation.sigma2[int(i)]))
     return np.linalg.lstsq(np.vstack(ops), np.concatenate(ys), rcond=1e-10)[0]

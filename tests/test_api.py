@@ -38,7 +38,7 @@ def test_table_is_the_explicit_least_squares_estimate(small, attrs):
     assert np.allclose(t["estimate"], m @ gls_histogram(plan, release), rtol=1e-8, atol=1e-8)
     assert list(t.columns) == [plan.schema.names[a] for a in idx] + ["estimate", "variance"]
     truth = true_histogram(records.to_numpy(), plan.schema.sizes)
-    noiseless = qs.Measurements(release.view_index, [measured_operator(plan, int(i)) @ truth * np.sqrt(plan.allocation.sigma2[int(i)]) for i in release.view_index], True)
+    noiseless = qs.Measurements(release.index, [measured_operator(plan, int(i)) @ truth * np.sqrt(plan.allocation.sigma2[int(i)]) for i in release.index], True)
     exact = qs.Answers(plan, noiseless).table(attrs)
     assert np.allclose(exact["estimate"], m @ truth, rtol=1e-9, atol=1e-9)
     if idx:  # one row per cell, row-major over the attributes
@@ -51,7 +51,7 @@ def test_view_answers_and_unmeasured_table(small):
     frame = answers.view(0)
     assert len(frame) == plan.workload.view_count(plan.workload.views[0]) and (frame["variance"] > 0).all()
     only_prefix = qs.make_plan("synthetic:n=3,d=3", "prefix:1", method="rp")
-    with pytest.raises(InputError, match="a0xa1 is not measured"):
+    with pytest.raises(InputError, match=r"residual view \(a0,a1\) is not measured"):
         only_prefix.measure(records).reconstruct().table(("a0", "a1"))
     with pytest.raises(InputError, match="'nope': is not in schema"):
         answers.table("nope")

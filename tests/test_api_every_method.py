@@ -153,4 +153,4 @@ def test_measure_and_reconstruct_are_functions_and_modules(first):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["FileRelease", "9"]
+    assert out.stdout.split() == ["Release", "9"]

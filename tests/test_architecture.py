@@ -21,16 +21,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records and math", (
         "errors", "logs", "threads", "atomic", "documents", "filenames", "registry", "linalg", "schema", "families", "workload",
         "options", "accounting", "allocation", "noise", "data", "io", "h5read", "workloadfile", "paper", "plankinds", "tablefiles",
-        "importgraph",
+        "importgraph", "measurement",
     )),
     ("mechanisms and decomposition", ("mechanisms", "mechanisms.*", "decompose", "fulldomain", "svd_bound")),
     ("solvers", ("solvers", "solvers.*", "queryfactor")),
     ("method table", ("methods",)),
     ("predicted error", ("variances", "maxvar")),
-    ("plan record", ("plan", "planfile")),
+    ("plan record", ("plan", "planfile", "residualkind")),
     ("planners", ("planners", "planners.*", "hdmm", "hdmm.*", "marginal_family", "marginal_family.*")),
     ("planning", ("planning", "planfiles")),
-    ("stages", ("measure", "reconstruct", "tables")),
+    ("stages", ("measure", "reconstruct")),
     ("faces", ("api", "cli", "release", "testing", "pipeline", "pipeline.*", "__main__")),
 ]
 

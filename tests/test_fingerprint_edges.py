@@ -143,8 +143,7 @@ def test_a_plugin_plan_kinds_modules_are_hashed_for_its_method(tmp_path, monkeyp
     from toy_planner import ToyPlanner
 
     op = "toy_kind:operation"
-    kind = PlanKind("toy-plan", "toy_kind:ToyPlan", False, save=op, load=op, check=op, measure_to_file=op,
-                    reconstruct_to_file=op, released_answers=op)
+    kind = PlanKind("toy-plan", "toy_kind:ToyPlan", False, save=op, load=op, measurements=op, check=op, estimates=op, variances=op)
     monkeypatch.setitem(PLAN_KINDS, "toy-plan", kind)
     monkeypatch.setitem(PLANNERS, "toykind", ToyPlanner)
     keys = [("measure", "toykind"), ("allocate", "toykind"), ("measure", "hdmm")]

@@ -13,7 +13,7 @@ from bruteforce import explicit_variances, full_privacy_gram, marginal_map, pinv
 from querysmasher.accounting import Budget
 from querysmasher.data import load_records
 from querysmasher.errors import InputError
-from querysmasher.measure import make_rng, measure, measure_iter, measured_views, plan_digest, save_measurements
+from querysmasher.measure import make_rng, measure, measure_iter, plan_digest, save_measurements
 from querysmasher.planning import make_plan
 from querysmasher.planfile import save_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
@@ -82,7 +82,7 @@ def test_release_holds_no_true_count(small, tmp_path):
     n = float(len(records))
     with h5py.File(tmp_path / "m.h5") as f:
         assert not f.attrs["seeded"]
-        assert set(f.keys()) == {"view_index", "offsets", "y"}
+        assert set(f.keys()) == {"index", "offsets", "y"}
         assert f.attrs["plan_sha256"] == plan_digest(tmp_path / "p.h5")  # the plan file's digest: no record enters it
         for name, value in f.attrs.items():
             if name != "plan_sha256":  # a hex digest holds any 3-digit string about once in 16 plans
@@ -94,9 +94,9 @@ def test_release_holds_no_true_count(small, tmp_path):
         assert not np.any(np.isclose(y, n, rtol=0, atol=1e-9))  # the exact record count appears nowhere
         # structural integers only: which views were measured and where each starts, both known
         # from the plan alone (nothing derived from the records)
-        measured = measured_views(plan)
-        assert f["view_index"].dtype == np.int64 and f["offsets"].dtype == np.int64
-        assert np.array_equal(f["view_index"][()], measured)
+        measured = np.flatnonzero(np.isfinite(plan.allocation.sigma2))
+        assert f["index"].dtype == np.int64 and f["offsets"].dtype == np.int64
+        assert np.array_equal(f["index"][()], measured)
         cells = [int(np.prod([schema.sizes[a] for a in plan.views[i]])) for i in measured]
         assert np.array_equal(f["offsets"][()], np.concatenate([[0], np.cumsum(cells)]))
 

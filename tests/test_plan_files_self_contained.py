@@ -179,7 +179,7 @@ def test_an_edited_residual_only_mechanism_spending_more_is_refused_before_any_r
     """The stored mechanism is not trusted for privacy: measure recomputes the applied cost."""
     path = _edit(qsplus_file, tmp_path, _replace("residual_mechanisms/0/m0", lambda d: d * 1.01))
     plan = qs.load(path)
-    with pytest.raises(InputError, match="above the budget"):
+    with pytest.raises(InputError, match="exceeds its budget"):
         plan.measure(_records(plan), seed=1)
 
 

@@ -173,9 +173,18 @@ def test_a_planner_with_its_own_plan_kind_round_trips_through_separate_processes
     assert r.returncode == 0, r.stderr
     with h5py.File(meas) as f:
         assert f.attrs["sampler"] == "numpy" and f.attrs["method"] == "noisymarginals"
-    r = run(plugin_env, "-m", "querysmasher", "reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(answers))
+    r = run(plugin_env, "-m", "querysmasher", "reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(answers),
+            "--csv", str(tmp_path / "csv"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["queries"] == 2 * 3 + 9
+    # the generic stages wrote its tables from the kind's estimates and variances: every view's
+    # table is its noisy marginal, with standard error sqrt(sigma2)
+    index = json.loads((tmp_path / "csv" / "tables.json").read_text())
+    assert [t["view"] for t in index["tables"]] == [["a0"], ["a1"], ["a0", "a1"]] and all(t["file"] for t in index["tables"])
+    with h5py.File(plan) as f:
+        sigma2 = f["views/sigma2"][()]
+    frame = pd.read_csv(tmp_path / "csv" / index["tables"][2]["file"])
+    assert np.allclose(frame["std_error"], np.sqrt(sigma2[2])) and len(frame) == 9
     # an edited plan file (its noise halved: twice the privacy cost) is refused before records are read
     with h5py.File(plan, "r+") as f:
         f["views/sigma2"][...] = f["views/sigma2"][()] / 2

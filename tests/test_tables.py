@@ -11,8 +11,15 @@ from querysmasher.accounting import Budget
 from querysmasher.data import validate_records
 from querysmasher.measure import make_rng, measure
 from querysmasher.planning import make_plan
-from querysmasher.reconstruct import reconstruct
-from querysmasher.tables import cells_estimable, write_tables
+from querysmasher.reconstruct import reconstruct, table_data
+from querysmasher.residualkind import cells_estimable
+from querysmasher.tablefiles import write_table_files
+
+
+def write_tables(folder, rec, **options):
+    """The publishable files of a reconstruction, as a release writes them."""
+    tables, answers, total = table_data(rec)
+    return write_table_files(folder, rec.plan, tables, answers, total=total, **options)
 
 
 def _rec(small_schema, spec, method):

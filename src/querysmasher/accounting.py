@@ -33,7 +33,6 @@ from .errors import InputError
 __all__ = [
     "Budget", "PureBudget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA",
     "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "MIN_DELTA", "check_delta", "NEIGHBOURS", "view_costs",
-    "plan_privacy_cost", "check_plan_budget",
 ]
 
 DEFAULT_REPORT_DELTA = 1e-6
@@ -422,46 +421,3 @@ def view_costs(keys, solutions, neighbours: str = "add-remove"):
     if costs.size:
         costs = np.maximum(costs, 1e-12 * costs.max() if costs.max() > 0 else 1.0)
     return costs
-
-
-def plan_privacy_cost(plan, applied=lambda m: m) -> float:
-    """The privacy cost of a plan recomputed from its stored mechanisms and noise scales:
-    sum over measured views of cost(applied(mechanism)) / sigma^2, as the allocation combines costs
-    (an upper bound on the cost of the union: the full-domain diagonal, or pair distance, of a sum
-    is at most the sum of the views' maxima). A view with loss > 0 must be measured.
-
-    ``applied`` maps a stored mechanism to the one that is actually applied to the data
-    (:meth:`querysmasher.mechanisms.ViewMechanism.applied`). A view with infinite sigma^2 is not measured;
-    any other sigma^2 that is not a positive finite number, or a mechanism whose sizes are not its
-    view's, is an InputError.
-    """
-    neighbours = plan.budget.neighbours
-    sizes = plan.schema.sizes
-    per_key: dict[str, float] = {}
-    total = 0.0
-    for attrs, key, s2, loss in zip(plan.views, plan.keys, plan.allocation.sigma2, plan.losses):
-        s2 = float(s2)
-        if s2 == math.inf:
-            if not float(loss) == 0.0:  # its queries would be answered 0 with variance 0
-                raise InputError("plan sigma2", s2, f"of view {attrs} is infinite but the view has loss {float(loss)!r}: it would go unmeasured")
-            continue
-        if not (math.isfinite(s2) and s2 > 0):
-            raise InputError("plan sigma2", s2, f"of view {attrs} must be a positive number (or inf: not measured)")
-        if key not in plan.solutions:
-            raise InputError("plan view key", key, f"of view {attrs} has no stored mechanism")
-        mech = plan.solutions[key].mechanism
-        if tuple(mech.sizes) != tuple(sizes[a] for a in attrs):
-            raise InputError("plan mechanism sizes", tuple(mech.sizes), f"do not match view {attrs} of sizes {tuple(sizes[a] for a in attrs)}")
-        if key not in per_key:
-            per_key[key] = applied(mech).cost(neighbours)
-        total += per_key[key] / s2
-    return total
-
-
-def check_plan_budget(plan, applied=lambda m: m) -> float:
-    """Refuse (InputError) a plan whose recomputed privacy cost exceeds its budget; return the cost."""
-    cost = plan_privacy_cost(plan, applied)
-    beta = plan.budget.beta
-    if not cost <= beta:
-        raise InputError("plan privacy cost", cost, f"exceeds its budget beta {beta!r} ({plan.budget.neighbours}): the plan file is stale or edited; refusing to measure")
-    return cost

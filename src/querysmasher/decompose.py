@@ -29,12 +29,12 @@ from functools import cached_property
 
 import numpy as np
 
-from .families import gram_1d, pair_query_matrix, random_query_matrix
+from .families import gram_1d, pair_query_matrix, query_matrix_1d, random_query_matrix
 from .linalg import MatrixStore, centering, content_hash, kron_apply, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 
 __all__ = [
-    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "subquery_matrix",
+    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "view_answers", "subquery_matrix",
     "term_gram", "term_factor", "is_factor", "rebuild_matrix", "recipe_cells", "random_gram_bytes",
 ]
 
@@ -178,6 +178,16 @@ def view_query_matrix(workload: Workload, v: WorkloadView) -> np.ndarray:
     if v.family == "custom":
         return workload.custom[workload.terms[v.term].path].queries
     raise ValueError(f"{v.family} is a product family; use its per-attribute factors")
+
+
+def view_answers(workload: Workload, v: WorkloadView, table: np.ndarray) -> np.ndarray:
+    """Answers to every query of workload view ``v`` from a table over its cells (a reconstructed
+    one, or true counts for an evaluation; a trailing batch axis kept): product families by mode
+    products, the others by their explicit query rows."""
+    if v.factors:
+        sizes = tuple(workload.schema.sizes[a] for a in v.attrs)
+        return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], table, sizes)
+    return view_query_matrix(workload, v) @ table
 
 
 def query_gram(q: np.ndarray) -> np.ndarray:

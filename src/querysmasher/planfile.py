@@ -8,8 +8,11 @@ per-solve cache files.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +24,7 @@ from .workload import parse_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save_plan", "load_plan", "write_solution", "read_solution"]
+__all__ = ["save_plan", "load_plan", "write_solution", "read_solution", "file_form"]
 
 
 def save_plan(plan: Plan, path) -> None:
@@ -239,3 +242,22 @@ def load_plan(path) -> Plan:
         schema, workload, method, budget, views, keys, arrays["scale"], losses, arrays["lower_bound"], alloc, solutions,
         summary["views"], summary["phase_seconds"], summary["notes"], summary["objective"], certificate, layout,
     )
+
+
+def file_form(plan: Plan) -> Plan:
+    """``plan`` with each mechanism as its plan file stores it (written by :func:`write_solution` and
+    read back, one at a time): a small dense X is stored by its eigenpairs, a lowrank mechanism
+    measuring other values (as many as its rank), so a release measured with the planner's own
+    mechanisms would not fit the plan loaded from its file."""
+    import h5py  # h5py only where files are written (import querysmasher.cli stays fast)
+
+    solutions = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "solution.h5"
+        for key, sol in plan.solutions.items():
+            with h5py.File(path, "w") as f:
+                write_solution(f.create_group("s"), sol)
+            with h5py.File(path, "r") as f:
+                solutions[key] = read_solution(f["s"], sol.mechanism.sizes)
+    # its own timings and notes: what the copy computes later leaves the given plan as it was
+    return dataclasses.replace(plan, solutions=solutions, phase_seconds=dict(plan.phase_seconds), notes=list(plan.notes))

@@ -3,10 +3,11 @@
 Every planner returns a plan of one *kind*: a :class:`querysmasher.plan.Plan` (kind ``plan``:
 every per-view method, ``mm`` and whole-workload plugins built on it) or a planner's own record
 (kind ``hdmm-plan``: :class:`querysmasher.hdmm.plan.HDMMPlan`). A plan record says its kind in
-its class attribute ``file_kind``. The faces (CLI, API, release, workflow) and the generic stages
-(:func:`querysmasher.measure.measure_plan_to_file`,
-:func:`querysmasher.reconstruct.reconstruct_plan_to_file`) look the kind up here and call its
-operations; nothing else asks "is it HDMM?".
+its class attribute ``file_kind``. A kind says what its plans measure (a list of
+:class:`querysmasher.measurement.LinearMeasurement`), what must hold before a record is read, and
+how answers and their variances are estimated from the measurements; measuring, the privacy
+re-check, the measurements and answers files and the publishable tables are written once against
+that (:mod:`querysmasher.measure`, :mod:`querysmasher.reconstruct`), and nothing asks "is it HDMM?".
 
 Operations are named as ``"module:attribute"`` and imported when first used, so this table sits at
 the bottom of the library without importing what it names, and a stage that needs one operation
@@ -19,8 +20,8 @@ The planner itself declares the kind of its plans as its class attribute ``plan_
 ``"plan"``). ``docs/solvers.md`` shows one, and ``examples/querysmasher-plugin-example`` has it:
 
 >>> k = PLAN_KINDS["hdmm-plan"]
->>> k.per_view_tables, k.op("load").__name__
-(False, 'load_hdmm_plan')
+>>> k.per_view_tables, k.op("load").__name__, k.op("measurements").__name__
+(False, 'load_hdmm_plan', 'hdmm_measurements')
 >>> kind_of(object())
 Traceback (most recent call last):
 ...
@@ -43,31 +44,33 @@ PLAN_KIND_GROUP = "querysmasher.plan_kinds"
 OPERATIONS: dict[str, str] = {
     "save": "(plan, path) -> None: the plan file, written atomically",
     "load": "(path) -> plan: every field checked, one InputError otherwise",
-    "check": "(plan) -> float: the privacy cost recomputed from the operators measure applies; an InputError above the budget or when it cannot be measured",
-    "measure_to_file": "(plan, records, noise, path, *, plan_sha256) -> None: the measurements file",
-    "reconstruct_to_file": "(plan, measurements_path, out, *, plan_sha256, csv_dir=None, max_answers=None) -> dict: the answers file",
-    "released_answers": "(plan, answers_path) -> iterator of (view, answers, variances or None)",
-    "release_tables": "(plan, records, noise) -> (tables, view_answers, total): a release's publishable tables (querysmasher.tablefiles.write_table_files); empty for kinds without per-view tables",
+    "measurements": "(plan) -> list of querysmasher.measurement.LinearMeasurement: what measure applies, in order, each with its noise and its cost "
+                    "recomputed from the operator applied; an InputError when a field cannot be measured",
+    "check": "(plan) -> None: what else must hold before any record is read (the answers must be estimable); an InputError otherwise",
+    "estimates": "(plan, Measurements) -> estimates with view_answers(workload view) and, for kinds with per-view tables, table(attrs)",
+    "variances": "(plan) -> variances with view(workload view) -> array or None and cells(attrs) -> (array or None, why not)",
+    "file_form": "(plan) -> plan: the plan as its plan file holds it (optional: a kind whose files round-trip its operators exactly has none)",
 }
 
 
 @dataclass(frozen=True)
 class PlanKind:
     """One kind of plan record: its file kind (the ``kind`` attribute of its HDF5 files), the
-    record's class (``"module:Class"``), whether its reconstruct stage writes per-view CSV tables
-    (``--csv``), and its operations (see ``OPERATIONS``) as ``"module:attribute"`` names; a kind
-    whose ``release_tables`` is empty cannot be released from a release spec."""
+    record's class (``"module:Class"``), whether it estimates per-view tables (a release spec's
+    tables, ``reconstruct --csv``), and its operations (see ``OPERATIONS``) as
+    ``"module:attribute"`` names. Measuring, the measurements and answers files and the tables are
+    the same code for every kind (:mod:`querysmasher.measure`, :mod:`querysmasher.reconstruct`)."""
 
     file_kind: str
     plan_type: str
     per_view_tables: bool
     save: str
     load: str
+    measurements: str
     check: str
-    measure_to_file: str
-    reconstruct_to_file: str
-    released_answers: str
-    release_tables: str = ""
+    estimates: str
+    variances: str
+    file_form: str = ""
 
     def op(self, name: str) -> Callable:
         """The operation ``name`` (imported on first use)."""
@@ -132,26 +135,19 @@ def kind_of(plan) -> PlanKind:
 register_plan_kind(PlanKind(
     "plan", "querysmasher.plan:Plan", True,
     save="querysmasher.planfile:save_plan", load="querysmasher.planfile:load_plan",
-    check="querysmasher.measure:check_residual_plan",
-    measure_to_file="querysmasher.measure:measure_residual_to_file",
-    reconstruct_to_file="querysmasher.reconstruct:reconstruct_residual_to_file",
-    released_answers="querysmasher.reconstruct:residual_released_answers",
-    release_tables="querysmasher.reconstruct:residual_release_tables",
+    measurements="querysmasher.residualkind:residual_measurements", check="querysmasher.residualkind:check_estimable",
+    estimates="querysmasher.residualkind:Reconstruction", variances="querysmasher.residualkind:ResidualVariances",
+    file_form="querysmasher.planfile:file_form",
 ))
 register_plan_kind(PlanKind(
     "hdmm-plan", "querysmasher.hdmm.plan:HDMMPlan", False,
     save="querysmasher.hdmm.files:save_hdmm_plan", load="querysmasher.hdmm.files:load_hdmm_plan",
-    check="querysmasher.hdmm.release:check_measurable",
-    measure_to_file="querysmasher.hdmm.release:measure_hdmm_to_file",
-    reconstruct_to_file="querysmasher.hdmm.release:reconstruct_hdmm_to_file",
-    released_answers="querysmasher.hdmm.release:hdmm_released_answers",
+    measurements="querysmasher.hdmm.release:hdmm_measurements", check="querysmasher.hdmm.release:check_measurable",
+    estimates="querysmasher.hdmm.release:HDMMEstimates", variances="querysmasher.hdmm.release:HDMMVariances",
 ))
 register_plan_kind(PlanKind(
     "marginal-plan", "querysmasher.marginal_family.planner:MarginalPlan", True,
     save="querysmasher.marginal_family.files:save_marginal_plan", load="querysmasher.marginal_family.files:load_marginal_plan",
-    check="querysmasher.marginal_family.release:check_marginal_plan",
-    measure_to_file="querysmasher.marginal_family.release:measure_marginal_to_file",
-    reconstruct_to_file="querysmasher.marginal_family.release:reconstruct_marginal_to_file",
-    released_answers="querysmasher.marginal_family.release:marginal_released_answers",
-    release_tables="querysmasher.marginal_family.release:marginal_release_tables",
+    measurements="querysmasher.marginal_family.release:marginal_measurements", check="querysmasher.marginal_family.gls:check_estimable",
+    estimates="querysmasher.marginal_family.release:MarginalEstimates", variances="querysmasher.marginal_family.release:MarginalVariances",
 ))

@@ -146,7 +146,7 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     from .plankinds import plan_kind
 
     kind = plan_kind(m.declared("plan_kind", "plan"))
-    if kind is None or not kind.release_tables:
+    if kind is None or not kind.per_view_tables:
         raise InputError("release spec: method", method, "makes plans without per-view tables (answers only): a release publishes tables")
     on_invalid = raw.get("on_invalid", "error")
     if on_invalid not in ("error", "drop"):
@@ -191,7 +191,9 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     from .data import load_records, warn_dropped
     from .noise import make_noise
     from .planning import make_plan
+    from .measure import check_plan
     from .plankinds import kind_of
+    from .reconstruct import release_tables
     from .schema import parse_schema
     from .atomic import atomic_folder, write_json
     from .tablefiles import check_table_columns, write_table_files
@@ -205,15 +207,15 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     workload = release_workload(spec.tables, schema)
     plan = make_plan(schema, workload, spec.method, spec.budget)
     kind = kind_of(plan)
-    if not kind.release_tables:
+    if not kind.per_view_tables:
         raise InputError("release spec: method", spec.method, "makes plans without per-view tables (answers only): a release publishes tables")
-    cost = kind.op("check")(plan)  # before any record is read
+    cost = check_plan(plan)  # before any record is read
     noise = make_noise(None, "opendp")
     # the lock is taken before any record is read: a second release into the same folder fails now
     with atomic_folder(out) as tmp:
         records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
         warn_dropped(records)  # that rows were dropped, never how many
-        tables, view_answers, total = kind.op("release_tables")(plan, records, noise)
+        tables, view_answers, total = release_tables(plan, records, noise)
         del records
         index = write_table_files(tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess)
         info = {

@@ -19,7 +19,6 @@ __all__ = [
     "TEMPLATES",
     "DEFAULT_TEMPLATES",
     "HDMMGroup",
-    "HDMMMeasurements",
     "HDMMPlan",
     "hdmm_measure",
     "hdmm_reconstruct",
@@ -27,7 +26,7 @@ __all__ = [
 ]
 
 
-_RELEASE_NAMES = ("HDMMMeasurements", "hdmm_measure", "hdmm_reconstruct")
+_RELEASE_NAMES = ("hdmm_measure", "hdmm_reconstruct")
 
 
 def __getattr__(name: str):

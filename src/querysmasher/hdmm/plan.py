@@ -38,8 +38,8 @@ sensitivity 1 with error E_g, ε_g ∝ E_g^(1/3) and the total variance is 2 (Σ
 
 The noise is calibrated to each group's cost recomputed from the operator measure applies
 (:func:`noise_cost`: never below the stated cost 1, or sensitivity), and measure re-checks the
-plan's total cost against its budget with no tolerance (:func:`check_hdmm_budget`), as it does for
-residual plans: a strategy loaded from a file within the verification tolerance of cost 1 is never
+plan's total cost against its budget with no tolerance (:func:`querysmasher.measure.check_budget`
+on :func:`.release.hdmm_measurements`), as for every plan kind: a strategy loaded from a file within the verification tolerance of cost 1 is never
 released above the budget.
 
 Measure and reconstruct work on the full data vector, HDMM's real limit: above ``max_domain_cells``
@@ -75,7 +75,7 @@ from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_k
 __all__ = [
     "HDMMGroup", "HDMMPlan", "plan_hdmm",
     "TEMPLATES", "DEFAULT_TEMPLATES", "TEMPLATE_TIE_RTOL", "best_template", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
-    "noise_cost", "hdmm_privacy_cost", "check_hdmm_budget", "OPTIONS", "MAX_RESTARTS",
+    "noise_cost", "OPTIONS", "MAX_RESTARTS",
 ]
 
 TEMPLATES: tuple[str, ...] = ("kron", "plus-view", "plus-term", "marginal", "explicit")
@@ -181,27 +181,6 @@ def _allocation(errors: list[float], strategies, budget: Budget | PureBudget) ->
     if isinstance(budget, PureBudget):
         return laplace_allocation(errors, costs, budget.epsilon)
     return allocate(errors, budget.beta, costs)
-
-
-def hdmm_privacy_cost(plan: "HDMMPlan") -> float:
-    """The plan's privacy cost recomputed from the operators measure applies and the noise it adds:
-    Σ_g applied cost_g / σ_g² (β, add-remove) for Gaussian noise, Σ_g applied sensitivity_g / b_g
-    (ε) for Laplace noise."""
-    alloc = plan.allocation
-    if plan.noise == "laplace":
-        return float(sum(g.strategy.applied_sensitivity() / b for g, b in zip(plan.groups, alloc.scales)))
-    return float(sum(g.strategy.applied_cost() / s2 for g, s2 in zip(plan.groups, alloc.sigma2) if np.isfinite(s2)))
-
-
-def check_hdmm_budget(plan: "HDMMPlan") -> float:
-    """Refuse (InputError) a plan whose recomputed privacy cost exceeds its budget; return the cost.
-    No tolerance: the allocation leaves a relative 1e-10 of the budget unspent for rounding."""
-    cost = hdmm_privacy_cost(plan)
-    limit = plan.budget.epsilon if plan.noise == "laplace" else plan.budget.beta
-    if not cost <= limit:
-        what = "epsilon" if plan.noise == "laplace" else "beta"
-        raise InputError("hdmm plan privacy cost", cost, f"exceeds its budget {what} {limit!r}: the plan file is stale or edited; refusing to measure")
-    return cost
 
 
 def _group(implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy | LaplaceStrategy) -> HDMMGroup:

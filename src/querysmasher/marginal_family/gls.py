@@ -35,7 +35,7 @@ from ..families import query_matrix_1d
 from .basis import from_residual, to_residual, view_coords
 from .operators import Measurement, applied_privacy_cost, measurement_operators
 
-__all__ = ["measure_marginals", "Answers", "reconstruct", "table_estimable", "view_queries", "check_estimable"]
+__all__ = ["measure_marginals", "Answers", "reconstruct", "view_table", "query_variances", "solver_of", "table_estimable", "view_queries", "check_estimable"]
 
 
 def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
@@ -48,19 +48,16 @@ def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
     raise TypeError(f"noise must be a NoiseSource, a numpy Generator or a callable (clean, sigma2) -> noisy, not {type(noise).__name__}")
 
 
-def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Callable, noise, *, budget_check: bool = True) -> list[np.ndarray]:
+def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Callable, noise) -> list[np.ndarray]:
     """Noisy measurements, one per :func:`measurement_operators` entry. ``marginals`` maps an
     attribute tuple to its marginal vector (or is a callable attrs -> vector); ``noise`` is a
     :class:`querysmasher.noise.NoiseSource`, a numpy Generator (experiments) or a callable
     (clean, sigma2) -> noisy. The applied operators' privacy cost is re-checked against the
     budget first (an InputError above it)."""
     ops = measurement_operators(plan)
-    if budget_check:
-        cost = applied_privacy_cost(ops, plan.budget.neighbours)
-        if cost > plan.budget.beta * (1 + 1e-9):
-            from ..errors import InputError
-
-            raise InputError("plan", plan.method, f"its applied operators cost beta {cost!r}, above the budget {plan.budget.beta!r}")
+    cost = applied_privacy_cost(ops, plan.budget.neighbours)
+    if not cost <= plan.budget.beta:
+        raise InputError("plan privacy cost", cost, f"exceeds its budget beta {plan.budget.beta!r}: refusing to measure")
     get = marginals if callable(marginals) else (lambda a: marginals[tuple(a)])
     return [_add_noise(noise, m.operator @ np.asarray(get(m.attrs), dtype=float), m.sigma2) for m in ops]
 
@@ -181,7 +178,7 @@ class _Solver:
 _ELIMINATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _solver_of(plan) -> _Solver:
+def solver_of(plan) -> _Solver:
     sol = _ELIMINATED.get(plan)
     if sol is None:
         sol = _ELIMINATED[plan] = _Solver(plan)
@@ -198,7 +195,7 @@ def check_estimable(plan) -> None:
     that subset's mechanism. :func:`reconstruct` relies on both; measuring such a plan would spend
     the budget on answers that cannot be given."""
     try:
-        sol = _solver_of(plan)
+        sol = solver_of(plan)
     except (np.linalg.LinAlgError, ValueError):
         raise InputError("plan", plan.method, "its mechanisms do not determine every workload query (singular normal equations): "
                          "measuring it would spend the budget on answers that cannot be given") from None
@@ -217,6 +214,29 @@ def check_estimable(plan) -> None:
                                  "measuring it would spend the budget on answers that cannot be given")
 
 
+def view_table(plan, phi: dict, attrs: tuple[int, ...]) -> np.ndarray:
+    """x̂_v over the cells of ``attrs`` (row-major, batch axes kept) from the solved coordinates
+    ``phi`` (:meth:`_Solver.solve`): unbiased for every workload query on ``attrs``."""
+    sol = solver_of(plan)
+    _, sz, lp, lg, tops, res = sol.view_layout(tuple(attrs))
+    n = math.prod(sz)
+    batch = phi["lower"].shape[1:]
+    coef = np.zeros((n,) + batch)
+    coef[lp] = phi["lower"][lg]
+    for k, pos in tops:
+        coef[pos] = phi["tops"][plan.views[k]]
+    for s, pos in res:
+        coef[pos] = phi["tops"][s]
+    return (from_residual(coef.reshape(n, -1).T, sz).T / math.sqrt(n)).reshape((n,) + batch)
+
+
+def query_variances(plan, attrs: tuple[int, ...], q: np.ndarray) -> np.ndarray:
+    """The exact variance of every query (rows of ``q``, over the cells of ``attrs``)."""
+    sol = solver_of(plan)
+    _, sz, lp, lg, tops, res = sol.view_layout(tuple(attrs))
+    return _query_variances(sol, q, sz, lp, lg, tops, res)
+
+
 def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None,
                 cell_variances: bool = False, max_cells: int = 4096) -> Answers:
     """GLS answers to every workload query with exact variances (module docstring). Measurements
@@ -225,28 +245,19 @@ def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] 
     most ``max_cells`` cells whose table is an unbiased estimate of the marginal, else None;
     :func:`table_estimable` says why)."""
     ops = measurement_operators(plan) if ops is None else ops
-    sol = _solver_of(plan)
-    phi = sol.solve(ops, measurements)
+    phi = solver_of(plan).solve(ops, measurements)
     wl = plan.workload
     answers, variances, tables, cell_var = [], [], [], []
     for v in wl.views:
-        c, sz, lp, lg, tops, res = sol.view_layout(v.attrs)
-        n = math.prod(sz)
-        batch = phi["lower"].shape[1:]
-        coef = np.zeros((n,) + batch)
-        coef[lp] = phi["lower"][lg]
-        for k, pos in tops:
-            coef[pos] = phi["tops"][plan.views[k]]
-        for s, pos in res:
-            coef[pos] = phi["tops"][s]
-        table = (from_residual(coef.reshape(n, -1).T, sz).T / math.sqrt(n)).reshape((n,) + batch)
+        table = view_table(plan, phi, v.attrs)
         q = view_queries(wl, v)
         answers.append(q @ table)
         tables.append(table)
-        variances.append(_query_variances(sol, q, sz, lp, lg, tops, res))
+        variances.append(query_variances(plan, v.attrs, q))
         if cell_variances:
+            n = table.shape[0]
             ok = table_estimable(plan, v.attrs)[0] and n <= max_cells
-            cell_var.append(_query_variances(sol, np.eye(n), sz, lp, lg, tops, res) if ok else None)
+            cell_var.append(query_variances(plan, v.attrs, np.eye(n)) if ok else None)
     return Answers(answers, variances, tables, cell_var if cell_variances else None)
 
 

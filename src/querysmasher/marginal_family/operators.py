@@ -16,7 +16,7 @@ import numpy as np
 from ..linalg import psd_power
 from ..mechanisms.base import factor_pair_distance
 
-__all__ = ["Measurement", "measurement_operators", "applied_privacy_cost"]
+__all__ = ["Measurement", "measurement_operators", "operator_cost", "applied_privacy_cost"]
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,20 @@ def measurement_operators(plan) -> list[Measurement]:
     return out
 
 
-def applied_privacy_cost(measurements: list[Measurement], neighbours: str = "add-remove") -> float:
-    """The privacy cost of the operators actually applied, summed over the measurements (each over
-    its sigma^2). Add-remove: one record adds one cell to each marginal, so a measurement costs
-    the largest squared column norm of B. Replace: one record moves from one cell of each marginal
-    to another (or stays), so a measurement costs at most max over cell pairs of |B (e_i - e_j)|^2
-    (:func:`~querysmasher.mechanisms.base.factor_pair_distance`); the sum over-reports when no
-    record pair reaches every measurement's worst pair at once, which is safe."""
+def operator_cost(operator: np.ndarray, neighbours: str = "add-remove") -> float:
+    """The privacy cost at unit noise of releasing ``operator`` @ (a marginal) (rows x cells).
+    Add-remove: one record adds one cell to the marginal, so it costs the largest squared column
+    norm. Replace: one record moves from one cell to another (or stays), so it costs the largest
+    |B (e_i - e_j)|^2 over cell pairs (:func:`~querysmasher.mechanisms.base.factor_pair_distance`)."""
     if neighbours == "add-remove":
-        return float(sum(np.max(np.einsum("ij,ij->j", m.operator, m.operator)) / m.sigma2 for m in measurements))
+        return float(np.max(np.einsum("ij,ij->j", operator, operator)))
     if neighbours == "replace":
-        return float(sum(factor_pair_distance(m.operator.T) / m.sigma2 for m in measurements))
+        return float(factor_pair_distance(operator.T))
     raise ValueError(f"neighbours must be add-remove or replace, not {neighbours!r}")
+
+
+def applied_privacy_cost(measurements: list[Measurement], neighbours: str = "add-remove") -> float:
+    """The privacy cost of the operators actually applied, summed over the measurements (each
+    :func:`operator_cost` over its sigma^2); under replace the sum over-reports when no record pair
+    reaches every measurement's worst pair at once, which is safe."""
+    return float(sum(operator_cost(m.operator, neighbours) / m.sigma2 for m in measurements))

@@ -39,12 +39,13 @@ def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float
     import numpy as np
 
     from ..data import marginal
-    from ..reconstruct import released_answers, view_answers_from_table
+    from ..decompose import view_answers
+    from ..reconstruct import released_answers
 
     sq = wsum = zsum = 0.0
     zn = 0
     for v, released, var in released_answers(plan, answers_path, views):
-        truth = view_answers_from_table(plan, v, marginal(records, v.attrs, plan.schema.sizes))
+        truth = view_answers(plan.workload, v, marginal(records, v.attrs, plan.schema.sizes))
         err = released - truth
         sq += v.weight * float(np.sum(err * err))
         wsum += v.weight * err.shape[0]

@@ -2,10 +2,13 @@
 Gaussian noise (the identity on that marginal), answers by the view's queries applied to it.
 
 It is the smallest complete *plan kind*: a record (:class:`MarginalsPlan`, ``file_kind``
-``example-marginals-plan``), its file format, its privacy re-check, its measure and its
-reconstruct, declared as one :class:`querysmasher.plankinds.PlanKind` (:data:`KIND`) and
-registered through the entry-point group ``querysmasher.plan_kinds``, so that a fresh
-``querysmasher measure`` process loads its plan files. Not a good mechanism: an example.
+``example-marginals-plan``), its file format, what it measures (one
+:class:`querysmasher.measurement.LinearMeasurement` per view: querysmasher re-checks its privacy
+cost, draws the noise and writes the measurements file), and its estimates and variances (from
+which querysmasher writes the answers file, CSV tables and a release's tables), declared as one
+:class:`querysmasher.plankinds.PlanKind` (:data:`KIND`) and registered through the entry-point
+group ``querysmasher.plan_kinds``, so that a fresh ``querysmasher measure`` process loads its plan
+files. Not a good mechanism: an example.
 
 Each record adds 1 to one cell of every view's marginal, so under add-remove neighbours the
 releases cost sum_v 1 / sigma_v^2 (the largest diagonal of sum_v M_v^T M_v / sigma_v^2); the noise
@@ -32,9 +35,9 @@ from querysmasher.accounting import Budget
 from querysmasher.allocation import allocate, rmse
 from querysmasher.decompose import view_query_matrix
 from querysmasher.families import query_matrix_1d
-from querysmasher.errors import InputError, require_finite
+from querysmasher.errors import InputError
 from querysmasher.io import atomic_h5, new_group, open_h5, put, put_json
-from querysmasher.noise import as_noise, check_noise_scales
+from querysmasher.measurement import LinearMeasurement
 from querysmasher.plankinds import PlanKind
 from querysmasher.schema import Schema
 from querysmasher.workload import Workload, parse_workload
@@ -111,17 +114,54 @@ class NoisyMarginalsPlanner:
         return MarginalsPlan(schema, workload, self.name, budget, views, np.asarray(allocate(losses, budget.beta).sigma2, dtype=float))
 
 
-def check(plan: MarginalsPlan) -> float:
-    """The privacy cost of what measure applies, refused above the budget or for noise the sampler
-    cannot draw; every workload view is measured (a view's queries see its marginal only)."""
-    check_noise_scales(plan.sigma2, "plan sigma2")
-    cost = plan.privacy_cost()
-    if not cost <= plan.budget.beta:
-        raise InputError("plan privacy cost", cost, f"exceeds its budget beta {plan.budget.beta!r}")
+def measurements(plan: MarginalsPlan) -> list[LinearMeasurement]:
+    """What measure applies: each view's marginal itself (the identity: one record changes one cell
+    by 1, so it costs 1 at unit noise under add-remove) with Gaussian noise of variance sigma2."""
+    sizes = plan.schema.sizes
+    return [LinearMeasurement(a, math.prod(sizes[i] for i in a), _identity, "gaussian", float(s2), 1.0, k)
+            for k, (a, s2) in enumerate(zip(plan.views, plan.sigma2))]
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def check(plan: MarginalsPlan) -> None:
+    """Every workload view is measured (a view's queries see its marginal only)."""
     missing = {v.attrs for v in plan.workload.views} - set(plan.views)
     if missing:
         raise InputError("plan", plan.method, f"{len(missing)} workload views are not measured")
-    return cost
+
+
+class Estimates:
+    """A view's table is its noisy marginal; its answers, the view's queries applied to it."""
+
+    def __init__(self, plan: MarginalsPlan, meas):
+        self.plan = plan
+        self._y = {a: np.asarray(y, dtype=float) for a, y in zip(plan.views, meas.y)}
+
+    def table(self, attrs):
+        return self._y[tuple(attrs)]
+
+    def view_answers(self, v):
+        return view_queries(self.plan.workload, v) @ self.table(v.attrs)
+
+
+class Variances:
+    """Known from the plan alone: sigma2 per cell, sigma2 |q|^2 per query."""
+
+    def __init__(self, plan: MarginalsPlan):
+        self.plan = plan
+        self._sigma2 = dict(zip(plan.views, plan.sigma2))
+
+    def view(self, v):
+        q = view_queries(self.plan.workload, v)
+        return self._sigma2[v.attrs] * np.sum(q * q, axis=1)
+
+    def cells(self, attrs):
+        if tuple(attrs) not in self._sigma2:
+            return None, "not measured"
+        return np.full(math.prod(self.plan.schema.sizes[a] for a in attrs), self._sigma2[tuple(attrs)]), ""
 
 
 def save(plan: MarginalsPlan, path) -> None:
@@ -156,58 +196,6 @@ def load(path) -> MarginalsPlan:
     return MarginalsPlan(schema, workload, method, budget, views, np.asarray(sigma2, dtype=float))
 
 
-def measure_to_file(plan: MarginalsPlan, records, noise, path, *, plan_sha256: str) -> None:
-    from querysmasher.data import marginal
-
-    check(plan)  # before any record is read (measure_plan_to_file checks too)
-    noise = as_noise(noise)
-    ys = [require_finite(noise.add_gaussian(marginal(records, a, plan.schema.sizes), float(s2)), "measurement", k)
-          for k, (a, s2) in enumerate(zip(plan.views, plan.sigma2))]
-    with atomic_h5(path, kind="measurements") as f:
-        f.attrs["plan_sha256"] = plan_sha256
-        f.attrs["seeded"] = bool(noise.seeded)
-        f.attrs["sampler"] = noise.sampler
-        f.attrs["method"] = plan.method
-        g = new_group(f, "views")
-        for k, y in enumerate(ys):
-            put(g, str(k), np.asarray(y, dtype=np.float64))
-
-
-def reconstruct_to_file(plan: MarginalsPlan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers=None) -> dict:
-    if csv_dir:
-        raise InputError("--csv", str(csv_dir), f"{plan.method} answers have no per-view tables to write as CSV")
-    sizes = plan.schema.sizes
-    with open_h5(measurements, "measurements") as f, r.h5py_errors(measurements, "measurements file"):
-        if r.text(f, "plan_sha256") != plan_sha256:
-            raise InputError("measurements file", str(measurements), "was made with a different plan (plan_sha256 differs)")
-        g = r.child(f, "views", group=True)
-        ys = [np.asarray(r.finite_vector(g, str(k), math.prod(sizes[a] for a in attrs))[()]) for k, attrs in enumerate(plan.views)]
-    index = {a: k for k, a in enumerate(plan.views)}
-    answers, variances = [], []
-    for v in plan.workload.views:
-        q = view_queries(plan.workload, v)
-        answers.append(require_finite(q @ ys[index[v.attrs]], "answers", v.attrs))
-        variances.append(plan.sigma2[index[v.attrs]] * np.sum(q * q, axis=1))
-    offsets = np.concatenate([[0], np.cumsum([len(a) for a in answers])]).astype(np.int64)
-    with atomic_h5(out, kind="answers") as f:
-        f.attrs["workload"] = plan.workload.spec
-        f.attrs["method"] = plan.method
-        f.attrs["answers_written"] = True
-        g = new_group(f, "views")
-        put(g, "answer_offsets", offsets)
-        put(g, "answers", np.concatenate(answers))
-        put(g, "variances", np.concatenate(variances))
-    return {"views": len(answers), "queries": int(offsets[-1]), "answers_written": True}
-
-
-def released_answers(plan: MarginalsPlan, answers_path, views=None):
-    with open_h5(answers_path, "answers") as f:
-        offs, answers, variances = f["views/answer_offsets"][()], f["views/answers"], f["views/variances"]
-        for i in range(len(plan.workload.views)) if views is None else views:
-            yield plan.workload.views[i], answers[offs[i]:offs[i + 1]], variances[offs[i]:offs[i + 1]]
-
-
 _M = __name__
-KIND = PlanKind(FILE_KIND, f"{_M}:MarginalsPlan", False, save=f"{_M}:save", load=f"{_M}:load", check=f"{_M}:check",
-                measure_to_file=f"{_M}:measure_to_file", reconstruct_to_file=f"{_M}:reconstruct_to_file",
-                released_answers=f"{_M}:released_answers")
+KIND = PlanKind(FILE_KIND, f"{_M}:MarginalsPlan", True, save=f"{_M}:save", load=f"{_M}:load", measurements=f"{_M}:measurements",
+                check=f"{_M}:check", estimates=f"{_M}:Estimates", variances=f"{_M}:Variances")
