@@ -11,6 +11,7 @@ import pytest
 
 from querysmasher.decompose import GramTerm, SubworkloadGram, decompose
 from querysmasher.methods import get_method
+from querysmasher.hdmm.plan import FULL_DOMAIN_BYTES
 from querysmasher.pipeline import cache, resources
 from querysmasher.pipeline.config import Experiment
 from querysmasher.schema import parse_schema
@@ -142,7 +143,22 @@ def test_a_whole_workload_allocate_does_not_hold_the_data_vector():
     alloc = resources.stage_resources("allocate", e)["mem_mb"]
     measure = resources.stage_resources("measure", e, measured=True)["mem_mb"]
     assert alloc < measure
-    assert measure - alloc >= resources.FULL_DOMAIN_BYTES * min(10**8, 10**7) / 2**20 - 200
+    assert measure - alloc >= FULL_DOMAIN_BYTES * min(10**8, 10**7) / 2**20 - 200
+
+
+def test_whole_workload_requests_come_from_what_the_planner_declares(monkeypatch):
+    """A planner's own estimate (``resources(workload, stage)``) is what its jobs ask for, on top of
+    the process and the streamed views; qsplus asks for its family's dense views (the [20]^5
+    all-pairs plan peaked at 1.4 GB on 2 cores), not HDMM's Kronecker model (1 MB there)."""
+    from querysmasher.marginal_family.method import QSPlusPlanner
+
+    e = Experiment("x", "s", "synthetic:n=20,d=5", False, "marginal:2", "qsplus", 1.0, 0, {"synthetic": {"records": 100, "seed": 0}})
+    alloc = resources.stage_resources("allocate", e)
+    assert alloc["mem_mb"] >= 1400 and alloc["mem_mb"] <= 3 * 1400 + 500
+    own = QSPlusPlanner.resources(parse_workload("marginal:2", parse_schema("synthetic:n=20,d=5")), "allocate")["mem_mb"]
+    monkeypatch.setattr(QSPlusPlanner, "resources", staticmethod(lambda w, stage: {"mem_mb": 10_000.0, "seconds": 3600.0}))
+    bigger = resources.stage_resources("allocate", e)
+    assert abs(bigger["mem_mb"] - alloc["mem_mb"] - (10_000 - own)) <= 1 and bigger["runtime"] >= 60
 
 
 def test_an_allocate_without_the_max_variance_report_asks_for_one_thread_and_less_memory():

@@ -351,6 +351,19 @@ def _cells_text(cells: int) -> str:
     return f"{cells:,}" if cells < 10**15 else f"~1e{len(str(cells)) - 1}"
 
 
+FULL_DOMAIN_BYTES = 8 * 6  # per cell of the full data vector: the counts, the strategy's answers, the estimate, copies
+
+
+def kron_workload_mb(workload, copies: float) -> float:
+    """MB of ``copies`` of a workload held as Kronecker terms: per view, n x n per attribute."""
+    return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
+
+
+def full_domain_mb(workload) -> float:
+    """MB of the full data vector and what is computed over it (domains up to ``MAX_DOMAIN_CELLS``)."""
+    return FULL_DOMAIN_BYTES * min(workload.schema.domain_cells(), MAX_DOMAIN_CELLS) / 2**20
+
+
 def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
     """The domain's cell count, or the one-line InputError when the full data vector would exceed ``max_domain_cells``."""
     cells = plan.schema.domain_cells()
@@ -379,6 +392,17 @@ class HDMMPlanner:
 
     def __init__(self, **options):
         self.options = check_options(self.name, self.option_specs, options)
+
+    @staticmethod
+    def resources(workload, stage: str) -> dict:
+        """What a job of ``stage`` holds beyond the workflow's own model
+        (:mod:`querysmasher.pipeline.resources`): the workload as Kronecker terms (per view, an
+        n x n matrix per attribute; allocate peaked at 3.1-3.2 x that above the process: Table 4's
+        [50]^40 prefix:1,2 2.0 GB, Loans hybrid:1,2,3 0.43 GB) and, to measure and reconstruct, the
+        full data vector (:func:`full_domain_mb`)."""
+        if stage == "allocate":
+            return {"mem_mb": kron_workload_mb(workload, 4), "seconds": 0.0}
+        return {"mem_mb": full_domain_mb(workload) + kron_workload_mb(workload, 2), "seconds": 0.0}
 
     @staticmethod
     def unsupported(workload) -> str:

@@ -321,6 +321,14 @@ def _auto_max_view_cells(workload: Workload, max_view_size: int, notes: list[str
     return SINGLE_THREAD_CELLS
 
 
+def default_family_cells(workload: Workload) -> list[int]:
+    """The cells of each marginal view of the default family (``max_view_size`` 2, the "auto"
+    view size limit): what the workflow's resource requests are made from."""
+    sizes = workload.schema.sizes
+    cap = _auto_max_view_cells(workload, 2, [])
+    return [math.prod(sizes[i] for i in a) for a in marginal_view_attrs(workload, 2, cap)]
+
+
 def _restricted_pays(problem: MarginalProblem, capped: bool = False) -> bool:
     """Whether "auto" runs the restricted descent: an untied problem with a view beyond the cells the
     cell-basis descent handles, whose tops the restriction shrinks to at most RESTRICT_BELOW, or one

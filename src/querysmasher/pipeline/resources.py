@@ -11,8 +11,10 @@ Every other job holds, besides its process (``BASE_MEM_MB``):
   answers, and the query matrix of a non-product view;
 * the records (measure, evaluate): an integer table of records x attributes, and pandas with its
   CSV parser when the data set is a file;
-* for a whole-workload method (``hdmm``, ``mm``): its strategy over the full domain (allocate)
-  and the full data vector (measure, reconstruct, evaluate).
+* for a whole-workload method (``hdmm``, ``mm``, ``qsplus``, planner plugins): what its planner
+  declares, ``resources(workload, stage) -> {"mem_mb", "seconds"}`` (its strategy while planning,
+  the full data vector or its operators while measuring and reconstructing); a planner that
+  declares nothing is given the rest of this model only.
 
 The coefficients are measured (``bench/requests.py`` over the paper grid's benchmark files: the
 band is ``peak <= mem_mb <= 3 x peak + 500 MB``). A job that exceeds its request is retried with
@@ -45,14 +47,6 @@ ANSWER_BYTES = 8 * 4  # per answer of the largest view: answers, variances and t
 RECORD_BYTES = 8 * 3  # per record and attribute: the int64 table, a column copy, the encoded cells
 CSV_BYTES_FACTOR = 6  # pandas' parse of a CSV file, per byte of the file
 PANDAS_MB = 120  # importing pandas and pyarrow (a CSV data set only)
-FULL_DOMAIN_BYTES = 8 * 6  # per cell of a whole-workload method's full data vector
-MM_DENSE_ARRAYS = 8  # mm's dense solve over the full domain (<= its max_dense_cells)
-MM_MAX_CELLS = 2500
-# HDMM holds the workload as Kronecker terms (one per workload view, an n x n matrix per attribute):
-# its allocate job peaked at 3.1-3.2 x (views x sum n^2 x 8 bytes) above the process (Table 4's
-# [50]^40 prefix:1,2: 2.0 GB; loans hybrid:1,2,3: 0.43 GB)
-HDMM_ALLOCATE_COPIES = 4
-HDMM_STAGE_COPIES = 2
 SOLUTION_COPIES = 1.25  # a plan's solutions as read from their files and held by the plan (Table 4's
 # random:1,2 over [20]^40: 780 dense 400-cell solutions, 998 MB, allocate peaked at 985 MB)
 SECONDS_PER_MB = 0.05  # time limit: per MB touched, on top of the job's start
@@ -129,11 +123,6 @@ def _query_factor_mb(workload) -> float:
     return (DECOMPOSE_HELD_FACTOR * held + largest) / 2**20
 
 
-def _kron_workload_mb(workload, copies: float) -> float:
-    """MB of ``copies`` of a workload held as Kronecker terms: per view, n x n per attribute."""
-    return copies * len(workload.views) * sum(8.0 * n * n for n in workload.schema.sizes) / 2**20
-
-
 # evaluate (true answers of every query, one view at a time) splits its views over threads when
 # the workload has this many queries per thread: the Table 7 n = 40 row (632 million queries,
 # 20 s on one thread) was the last job of the grid's critical path on many cores
@@ -189,13 +178,19 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         raise ValueError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
     w = _workload(experiment)
     whole = get_method(experiment.method).whole_workload
-    full_cells = math.prod(w.schema.sizes)
     mb = 0.0
     # the plan: its solutions, and the decomposition that re-derives query-factor views
     if stage == "evaluate" and not measured:  # plan only: evaluate reads the plan's stored summary
         return {"mem_mb": BASE_MEM_MB, "runtime": runtime_minutes(5.0)}
     streamed = 0.0  # MB read one solution at a time: time, not memory
-    if not whole:
+    seconds = 0.0  # what a whole-workload planner declares for the job
+    if whole:
+        declared = get_method(experiment.method).declared("resources")
+        if declared is not None and (stage == "allocate" or measured):
+            need = declared(w, stage)
+            mb += float(need.get("mem_mb", 0.0))
+            seconds += float(need.get("seconds", 0.0))
+    else:
         mb += _query_factor_mb(w)
         subs = (manifest or {}).get("subproblems", [])
         results = _result_mbs(manifest)
@@ -209,28 +204,18 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
             mb += SOLUTION_COPIES * sum(results)
         if stage == "allocate" and experiment.objective != "sum":  # the max objective re-solves every view here
             mb += max((float(s.get("cost", {}).get("work_mb", 0.0)) for s in subs), default=0.0)
-    elif stage == "allocate":
-        if experiment.method == "mm":
-            c = min(full_cells, MM_MAX_CELLS)
-            mb += MM_DENSE_ARRAYS * 8.0 * c * c / 2**20
-        else:  # hdmm and planner plugins: the workload's Kronecker terms, n x n per attribute each
-            mb += _kron_workload_mb(w, HDMM_ALLOCATE_COPIES)
     if stage == "allocate" or (stage in ("measure", "reconstruct", "evaluate", "release") and measured):
         # one view at a time: allocate's predicted per-query variances too (Table 4's circular:1,2
         # over [50]^40, 6.25 million queries per view: allocate peaked at 289 MB)
         # one view at a time in each of evaluate's workers
         mb += _largest_view_mb(w) * (stage_threads(stage, experiment, measured=measured) if stage == "evaluate" else 1)
-        if whole and stage != "allocate":  # the full data vector (measured HDMM plans only)
-            from ..hdmm.plan import MAX_DOMAIN_CELLS
-
-            mb += FULL_DOMAIN_BYTES * min(full_cells, MAX_DOMAIN_CELLS) / 2**20 + _kron_workload_mb(w, HDMM_STAGE_COPIES)
     if stage in ("measure", "evaluate", "release") and measured:
         records, file_mb, csv = records_shape(getattr(experiment, "data", None) or {})
         mb += RECORD_BYTES * records * len(w.schema.sizes) / 2**20
         if csv:
             mb += PANDAS_MB + CSV_BYTES_FACTOR * file_mb
     mem = BASE_MEM_MB + mb
-    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + SECONDS_PER_MB * max(mb, streamed))}
+    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + seconds + SECONDS_PER_MB * max(mb, streamed))}
 
 
 def grid_resources(stage: str, experiments: int) -> dict:

@@ -83,6 +83,10 @@ def plan_mm(
                             solver=which, note=note, phase_seconds=phases)
 
 
+SOLVE_DENSE_ARRAYS = 8  # the full-domain solve's cells x cells arrays held at once
+RELEASE_DENSE_ARRAYS = 3  # measure / reconstruct: X, X^1/2 and X^+1/2
+
+
 class MMPlanner:
     """Method ``mm``: the exact matrix mechanism (a whole-workload planner, :mod:`querysmasher.methods`).
 
@@ -96,6 +100,17 @@ class MMPlanner:
         Option("max_dense_cells", "int", f"largest full domain planned (default {DEFAULT_MAX_FULL_CELLS:,} cells)",
                low=1),
     )
+
+    @staticmethod
+    def resources(workload, stage: str) -> dict:
+        """What a job of ``stage`` holds beyond the workflow's own model
+        (:mod:`querysmasher.pipeline.resources`): the dense full-domain solve's arrays (allocate),
+        else the one full-domain mechanism (X, its square root and pseudo-inverse root) and the
+        full data vector, for domains up to the default ``max_dense_cells``."""
+        c = min(workload.schema.domain_cells(), DEFAULT_MAX_FULL_CELLS)
+        if stage == "allocate":
+            return {"mem_mb": SOLVE_DENSE_ARRAYS * 8.0 * c * c / 2**20, "seconds": 0.0}
+        return {"mem_mb": (RELEASE_DENSE_ARRAYS * 8.0 * c * c + 8.0 * 6 * c) / 2**20, "seconds": 0.0}
 
     def __init__(self, target_gap: float = DEFAULT_TARGET_GAP, max_dense_cells: int = DEFAULT_MAX_FULL_CELLS):
         opts = check_options(self.name, self.option_specs,
