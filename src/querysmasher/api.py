@@ -42,8 +42,10 @@ from pathlib import Path
 
 from .errors import InputError
 from .measurement import Measurements
-from .plankinds import kind_of
+from .plankinds import kind_of, PLAN_KINDS
 from .threads import limited
+import numpy as np
+from .accounting import make_budget
 
 __all__ = ["make_plan", "measure", "reconstruct", "Measurable", "Release", "Answers",
            "save", "load", "budget"]
@@ -59,8 +61,6 @@ def budget(*, beta: float | None = None, rho: float | None = None, mu: float | N
     >>> budget(rho=0.5).beta, budget(epsilon=1.0, delta=1e-6).source
     (1.0, 'epsilon-delta')
     """
-    from .accounting import make_budget
-
     return make_budget(beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta)
 
 
@@ -251,7 +251,6 @@ class Answers:
     def table(self, attrs: str | int | Sequence[str | int]):
         """The marginal table over ``attrs`` (names or indices): one row per cell, the attribute
         codes, ``estimate`` and ``variance`` (class docstring: which tables a release gives)."""
-        import numpy as np
         import pandas as pd
 
         idx = self._attrs(attrs)
@@ -344,7 +343,6 @@ def load(path, *, plan=None):
     from .io import read_kind
     from .measure import load_measurements, plan_digest
     from .planfiles import load_any_plan
-    from .plankinds import PLAN_KINDS
 
     if not Path(path).is_file():
         raise InputError("file", str(path), "does not exist")

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from .errors import InputError
 
 __all__ = ["atomic_path", "atomic_folder", "terminate_as_exit", "write_text", "write_json", "clean_stale_temp_files", "check_output", "FOLDER_TMP_SUFFIX"]
 
@@ -61,8 +62,6 @@ def check_output(path: str | os.PathLike, field: str = "--out", *, inputs=(), fo
     ...
     querysmasher.errors.InputError: --csv '...': exists and is not an empty folder (a folder output is never written into)
     """
-    from .errors import InputError
-
     p = Path(path)
     for given in inputs:
         if given is None:
@@ -198,8 +197,6 @@ def atomic_folder(path: str | os.PathLike, field: str = "--out") -> Iterator[Pat
     killed writer are removed when the lock is taken: they are never published.
     """
     import fcntl
-
-    from .errors import InputError
 
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError
-from .schema import Schema
+from .schema import check_encoding, Schema
 
 if TYPE_CHECKING:  # pandas (with pyarrow) is half a second of import: only reading a table pays it
     import pandas as pd
@@ -98,8 +98,6 @@ def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, 
 def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
     """One attribute's encoding against the plan's schema: the checks of every domain file
     (:func:`querysmasher.schema.check_encoding`), then the size the plan has."""
-    from .schema import check_encoding
-
     if name not in schema.names:
         raise InputError(f"domain file {path}: attribute", name, f"is not in the plan's schema ({', '.join(schema.names)})")
     size = schema.attributes[schema.index(name)].size

@@ -88,7 +88,6 @@ def _gram_1d_cached(family: str, n: int) -> np.ndarray:
     from .schema import MAX_ATTRIBUTE_SIZE
 
     if n > MAX_ATTRIBUTE_SIZE:  # refuse before allocating n x n
-        from .errors import InputError
 
         raise InputError("attribute size", n, f"is above {MAX_ATTRIBUTE_SIZE:,}: the {family} Gram would be {n:,} x {n:,}; coarsen the attribute")
     i = np.arange(n)

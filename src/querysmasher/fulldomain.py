@@ -23,7 +23,7 @@ import numpy as np
 from .decompose import view_query_matrix
 from .errors import InputError
 from .families import gram_1d, query_matrix_1d
-from .linalg import kron_dense
+from .linalg import kron_dense, pinv_psd
 from .workload import Workload, WorkloadView
 
 __all__ = [
@@ -130,8 +130,6 @@ def is_full_domain_plan(plan) -> bool:
 @lru_cache(maxsize=8)
 def _pinv(mech) -> np.ndarray:
     """X^+ of a (dense, full-domain) mechanism, once per mechanism object."""
-    from .linalg import pinv_psd
-
     return pinv_psd(mech.dense_x())
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from . import __version__
 from .atomic import atomic_path, check_output
 from .errors import InputError
+from .h5read import integer, READ_ERRORS
 
 __all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries"]
 
@@ -150,8 +151,6 @@ def get_custom_queries(parent: h5py.Group) -> dict:
 def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
     """Open a project file for reading, checking its kind and format version (an InputError naming
     the file otherwise, also when h5py cannot read its header)."""
-    from .h5read import READ_ERRORS, integer
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{kind} file", str(path), "does not exist")
@@ -178,8 +177,6 @@ def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
 
 def read_kind(path: str | os.PathLike) -> str:
     """The ``kind`` attribute of a project file (an InputError for anything else)."""
-    from .h5read import READ_ERRORS
-
     try:
         with h5py.File(path, "r") as f:
             kind = f.attrs["kind"]

@@ -43,6 +43,7 @@ from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view
 from .families import query_matrix_1d
 from .linalg import content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
+from .fulldomain import is_full_domain_plan
 
 __all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "OBJECTIVES", "NU_FLOOR"]
 
@@ -189,7 +190,6 @@ def max_variance_of(plan) -> tuple[float, int, int]:
     candidates are split over forked workers (Table 4's random:1,2: 820 classes of one dense view
     each, c^3 work per view); the answer does not depend on the split.
     """
-    from .fulldomain import is_full_domain_plan
     from .threads import budget, parallel_map
     from .variances import view_variances
 

@@ -27,6 +27,7 @@ from .allocation import Allocation, PredictedError, relative_gap, rmse
 from .schema import Schema
 from .solvers import ViewSolution
 from .workload import Workload
+from .maxvar import max_variance_of
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,6 @@ class Plan(PredictedError):
     @cached_property
     def max_variance(self) -> tuple[float, int, int]:
         """(largest weighted query variance, workload view index, query index within the view)."""
-        from .maxvar import max_variance_of
-
         t0 = time.perf_counter()
         out = max_variance_of(self)
         self.phase_seconds["max_variance"] = time.perf_counter() - t0

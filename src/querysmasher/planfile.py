@@ -16,11 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .accounting import Budget, view_costs
+from .accounting import Budget, NEIGHBOURS, view_costs
 from .plan import LAYOUTS, Plan
-from .schema import Schema
-from .solvers import ViewSolution
+from .schema import check_attribute_sizes, Schema
+from .solvers import ViewMechanism, ViewSolution
 from .workload import parse_workload
+from .mechanisms import MECHANISM_KINDS
+from .allocation import Allocation
+from .queryfactor import rederive_solutions
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +109,6 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     never measured: the caller re-derives it from the workload (:func:`load_plan` does, through
     :func:`querysmasher.queryfactor.rederive_solutions`)."""
     from . import h5read as r
-    from .mechanisms import MECHANISM_KINDS
-    from .solvers import ViewMechanism
 
     kind = r.text(g, "kind", choices=tuple(MECHANISM_KINDS))
     storage = r.text(g, "storage", choices=("query-factor", "eigenpairs"), default="")
@@ -136,7 +137,6 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
 
 def _read_budget(f) -> Budget:
     from . import h5read as r
-    from .accounting import NEIGHBOURS
 
     b = r.json_attr(f, "budget")
     return Budget(
@@ -215,10 +215,7 @@ def load_plan(path) -> Plan:
     against the schema and views before anything is derived from it (an InputError naming the
     field and the value otherwise)."""
     from . import h5read as r
-    from .allocation import Allocation
     from .io import open_h5
-    from .queryfactor import rederive_solutions
-    from .schema import check_attribute_sizes
 
     with open_h5(path, "plan") as f, r.h5py_errors(path, "plan file"):
         schema = r.read_schema(f)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import InputError
-from .io import read_kind
+from .io import atomic_h5, get_json, open_h5, put_json, read_kind
 from .plankinds import kind_of, plan_kind
 
 __all__ = ["file_kind_of", "is_plan", "save_any_plan", "load_any_plan", "SUMMARY_KIND", "save_plan_summary", "read_plan_summary"]
@@ -58,8 +58,6 @@ def save_plan_summary(plan, path: str | Path, summary: dict | None = None) -> No
     ...
     querysmasher.errors.InputError: plan file '...plan.h5': holds a plan's summary without its mechanisms (written by a plan-only experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure
     """
-    from .io import atomic_h5, put_json
-
     kind_of(plan)  # a plan record, whichever kind
     with atomic_h5(path, kind=SUMMARY_KIND) as f:
         put_json(f, "summary", plan.summary() if summary is None else summary)
@@ -68,8 +66,6 @@ def save_plan_summary(plan, path: str | Path, summary: dict | None = None) -> No
 
 def read_plan_summary(path: str | Path) -> dict:
     """The summary stored at planning in a plan file of any kind, or in a plan-summary file."""
-    from .io import get_json, open_h5
-
     if not Path(path).is_file():
         raise InputError("plan file", str(path), "does not exist")
     kind = read_kind(path)

@@ -37,6 +37,7 @@ import numpy as np
 from .errors import InputError
 from .linalg import pinv_psd
 from .solvers.base import ViewMechanism, ViewSolution
+from .decompose import decompose
 
 __all__ = ["REL_TOL", "holds_query_factor", "mechanism_from_factor", "factor_loss", "express_over_factor", "rederive_solutions"]
 
@@ -88,8 +89,6 @@ def rederive_solutions(workload, solutions: dict[str, ViewSolution], views, keys
     their keys (a key's F is that of its first view, as the solver saw it). A key that is not a
     subproblem of the workload, a non-dense view, or an L that does not fit its F is an InputError
     (a plan file edited, or written by another version)."""
-    from .decompose import decompose
-
     todo = {k for k, s in solutions.items() if s.query_factor is not None}
     if not todo:
         return solutions

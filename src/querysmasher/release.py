@@ -28,17 +28,20 @@ record count, no true answer, no empirical error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .accounting import BUDGET_FORMS, NEIGHBOURS, Budget, make_budget
-from .atomic import check_output
+from .atomic import atomic_folder, check_output, write_json
 from .documents import as_number, read_document
 from .errors import InputError
 from .methods import get_method
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
-from .schema import Schema
+from .schema import check_attribute_sizes, parse_schema, Schema
 from .workload import Workload, check_weight, format_weight, parse_workload
+from .plankinds import kind_of, plan_kind
+from .data import load_records, warn_dropped
+from .planning import make_plan
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
@@ -143,7 +146,6 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
         m.check(noise="gaussian", neighbours=neighbours)
     except InputError as exc:
         raise InputError("release spec: method", method, exc.reason) from None
-    from .plankinds import plan_kind
 
     kind = plan_kind(m.declared("plan_kind", "plan"))
     if kind is None or not kind.per_view_tables:
@@ -168,8 +170,6 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
 
 
 def load_release_spec(path: str | Path) -> ReleaseSpec:
-    from dataclasses import replace
-
     p = Path(path)
     return replace(parse_release_spec(read_document(p, "release spec"), p.parent), source=str(p))
 
@@ -179,8 +179,6 @@ def release_workload(tables, schema: Schema) -> Workload:
     named-attribute terms (``marginal:(age,sex)+prefix:(income,age)@2``); an unknown attribute is an
     InputError naming it, and attributes too large to plan are refused before anything is allocated.
     """
-    from .schema import check_attribute_sizes
-
     for t in tables:
         check_attribute_sizes(schema, [schema.index(a) for a in t.attributes])
     return parse_workload("+".join(t.term() for t in tables), schema)
@@ -188,14 +186,9 @@ def release_workload(tables, schema: Schema) -> Workload:
 
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
-    from .data import load_records, warn_dropped
     from .noise import make_noise
-    from .planning import make_plan
     from .measure import check_plan
-    from .plankinds import kind_of
     from .reconstruct import release_tables
-    from .schema import parse_schema
-    from .atomic import atomic_folder, write_json
     from .tablefiles import check_table_columns, write_table_files
 
     out = Path(out)

@@ -27,6 +27,7 @@ from .atomic import atomic_path, write_json
 from .families import count_1d
 from .filenames import distinct_file_names
 from .workload import WorkloadView
+from .errors import InputError
 
 __all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
 
@@ -46,8 +47,6 @@ def check_table_columns(schema, field: str = "domain") -> None:
     ...
     querysmasher.errors.InputError: domain attribute 'estimate': is the name of a column of the table files (estimate, std_error, count, query, answer): rename the attribute
     """
-    from .errors import InputError
-
     for name in schema.names:
         if name in VALUE_COLUMNS:
             raise InputError(f"{field} attribute", name, f"is the name of a column of the table files ({', '.join(VALUE_COLUMNS)}): rename the attribute")

@@ -33,6 +33,7 @@ from .families import query_matrix_1d
 from .linalg import kron_dense
 from .schema import Attribute, Schema
 from .workload import Workload, WorkloadView, parse_workload
+from .data import validate_records
 
 __all__ = [
     "SolverCheckError", "SMALL_SCHEMA", "SMALL_WORKLOADS", "plan_with", "check_view_solutions", "check_privacy",
@@ -184,7 +185,6 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
     import pandas as pd
     from scipy.stats import chi2
 
-    from .data import validate_records
     from .measure import measure
     from .reconstruct import reconstruct
     from .variances import view_variances

@@ -27,6 +27,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from .errors import InputError
 
 __all__ = [
     "ENV_VARS", "BLAS_THREADED_CELLS", "budget", "cap_process", "limited", "at_most", "parallel_map", "check_threads",
@@ -48,8 +49,6 @@ _budget = 1  # the process's declared budget (1 unless a face or a job said othe
 
 def check_threads(n, field: str = "threads") -> int:
     """``n`` as a positive int, or :class:`~querysmasher.errors.InputError` naming ``field``."""
-    from .errors import InputError
-
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(field, n, "must be a whole number of threads, at least 1")
     return n

@@ -37,6 +37,8 @@ from ..plan import Plan
 from ..planfile import read_solution, write_solution
 from ..schema import Schema
 from ..workload import Workload, parse_workload
+from .planner import MarginalPlan
+from .problem import build_problem
 
 __all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
 
@@ -129,9 +131,6 @@ def _uncovered_subsets(workload: Workload, problem) -> set[tuple[int, ...]]:
 def load_marginal_plan(path: str | Path):
     """The stored plan, every field checked (an InputError naming it otherwise); no planner, solver
     or optimiser runs (module docstring)."""
-    from .planner import MarginalPlan
-    from .problem import build_problem
-
     with open_h5(path, "marginal-plan") as f, r.h5py_errors(path, "qsplus plan file"):
         fmt = r.integer(f, "marginal_plan_format", lo=1)
         if fmt != MARGINAL_PLAN_FORMAT:

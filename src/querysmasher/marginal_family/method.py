@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ..options import Option, check_options
+from .planner import default_family_cells, plan
 
 __all__ = ["QSPlusPlanner", "OPTIONS"]
 
@@ -60,8 +61,6 @@ class QSPlusPlanner:
         ``querysmasher plan --method qsplus --workload marginal:2`` under ``/usr/bin/time``:
         [20]^5 (10 views of 400 cells) 1.28 GB above the process and 117 s; [10]^8 (28 of 100)
         88 MB and 3.3 s."""
-        from .planner import default_family_cells  # loaded only for a qsplus job's request
-
         cells = default_family_cells(workload)
         squares = 8.0 * sum(c * c for c in cells) / 2**20
         if stage == "allocate":
@@ -69,6 +68,4 @@ class QSPlusPlanner:
         return {"mem_mb": RELEASE_GRAM_COPIES * squares, "seconds": 0.0}
 
     def plan(self, schema, workload, budget, *, objective: str = "sum"):
-        from .planner import plan
-
         return plan(schema, workload, budget, **self.options)

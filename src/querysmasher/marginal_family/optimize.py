@@ -24,9 +24,10 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from .basis import subset_dim
+from .basis import subset_dim, to_residual
 from .certificate import certificate
 from .problem import MarginalProblem
+from ..threads import at_most
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,6 @@ def folded_view(problem: MarginalProblem, plan, k: int) -> np.ndarray:
     """The ``qs`` plan (beta = 1) folded into marginal view k (block k when tied): each measured
     residual view's mechanism X_S / sigma_S^2 split equally over the marginal views containing S,
     so the Gram over the domain is the plan's. Its Gram Y in the view's full residual coordinates."""
-    from .basis import to_residual
-
     sizes_all = problem.workload.schema.sizes
     index = {s: i for i, s in enumerate(plan.views)}
     v = problem.views[k]
@@ -260,8 +259,6 @@ def optimise(
 ) -> Solution:
     """Descend from (factors, shares, tau) until the certified gap is at most ``target_gap`` (or the
     iteration or time limit); the best point seen is returned with its certificate."""
-    from ..threads import at_most
-
     # small blocks: threaded BLAS only adds overhead (and on a loaded machine, a lot of it)
     small = max(v.cells for v in problem.views) <= SINGLE_THREAD_CELLS and problem.lower_dim <= 4 * SINGLE_THREAD_CELLS
     with at_most(1 if small else None):

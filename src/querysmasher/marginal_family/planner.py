@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -36,6 +36,7 @@ from . import restricted, symmetric
 from .symmetric_polish import polish_restricted
 from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, filled_correlation, least_mixed, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem, marginal_view_attrs
+from .operators import applied_privacy_cost, measurement_operators
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,6 @@ class MarginalPlan:
         """The plan's privacy cost under its budget's relation: add-remove, sum_k max diag X_k +
         sum_T cost_T / sigma_T^2 from the plan's fields; replace, of the operators measure applies."""
         if self.budget.neighbours != "add-remove":
-            from .operators import applied_privacy_cost, measurement_operators
-
             return applied_privacy_cost(measurement_operators(self), self.budget.neighbours)
         c = sum(float(np.max(np.einsum("ij,ij->i", self.factors[int(self.factor_of[k])], self.factors[int(self.factor_of[k])]))) * float(self.shares[k])
                 for k in range(len(self.views)))
@@ -371,10 +370,7 @@ def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
     its operators cost ``budget.beta`` (less the margin) under ``budget.neighbours``; no lower bound
     (the certificate is for the diagonal constraints). The reference is ``qs`` under the same
     relation."""
-    from dataclasses import replace
-
     from ..planners.residual import plan_residual
-    from .operators import applied_privacy_cost, measurement_operators
 
     cost = applied_privacy_cost(measurement_operators(base), budget.neighbours)
     scale = budget.beta * (1 - BUDGET_MARGIN) / cost  # shares (1 / sigma^2) times this

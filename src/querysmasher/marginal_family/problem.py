@@ -35,7 +35,7 @@ from ..decompose import view_query_matrix
 from ..errors import InputError
 from ..families import gram_1d
 from ..workload import Workload
-from .basis import attribute_basis, subset_dim, to_residual, view_coords
+from .basis import attribute_basis, from_residual, subset_dim, to_residual, view_coords
 
 __all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "marginal_view_attrs", "workload_residual_gram"]
 
@@ -273,8 +273,6 @@ class MarginalProblem:
     # ---- helpers ---------------------------------------------------------------------------------
     def cell_gram(self, k: int, y: np.ndarray) -> np.ndarray:
         """X_g = U Y U^T in the cell basis of marginal view k (U: its ``basis`` when restricted)."""
-        from .basis import from_residual
-
         v = self.views[k]
         if v.basis is not None:
             return v.basis @ y @ v.basis.T

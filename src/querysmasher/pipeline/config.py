@@ -15,6 +15,7 @@ from pathlib import Path
 from ..accounting import parse_budget
 from .datasets import resolve_data_source
 from .layout import experiment_name, problem_name
+from ..errors import InputError
 
 __all__ = ["Experiment", "expand_grid", "check_config", "set_aside_unsupported", "releasable_experiments", "format_validation_error",
            "read_workflow_config", "merge_config"]
@@ -71,7 +72,6 @@ def read_workflow_config(workflow_files, cli_files, cli_config: dict | None, rep
     scalars by YAML 1.2), never by Snakemake's YAML 1.1 loader, which keeps the last of two
     ``budget:`` keys and reads ``1:30`` as 90. An InputError naming the file otherwise."""
     from ..documents import read_document
-    from ..errors import InputError
 
     config: dict = {}
     files = [*([] if replace_workflow_config else workflow_files), *cli_files]
@@ -88,8 +88,6 @@ def read_workflow_config(workflow_files, cli_files, cli_config: dict | None, rep
 def expand_grid(config: dict) -> dict[str, Experiment]:
     """Every experiment of the config's grids (a list of schemas x workloads x methods x budgets x
     seeds), by folder name. Two different experiments with the same folder name are an error."""
-    from ..errors import InputError
-
     schemas = config.get("schemas") or {}
     default_data = config.get("default_data") or {}
     out: dict[str, Experiment] = {}
@@ -124,7 +122,6 @@ def check_config(config: dict) -> dict[str, Experiment]:
     """The checks JSON Schema cannot express, before any job runs: every schema and workload
     parses (the library's InputError text), every method has a solver, every budget is valid,
     every data set used by a release has a readable source. Returns :func:`expand_grid`."""
-    from ..errors import InputError
     from ..schema import parse_schema
     from ..methods import get_method
     from ..workload import parse_workload
@@ -189,7 +186,6 @@ def set_aside_unsupported(experiments: dict, policy: str = "error") -> tuple[dic
     >>> sorted(ok), [s["reason"] for s in skipped.values()]
     (['synthetic-n4-d3__affine-2__qs__beta1__seed0'], ['hdmm does not support non-product families (affine, abs, random, custom): affine:2'])
     """
-    from ..errors import InputError
     from ..methods import get_method
 
     cache: dict = {}

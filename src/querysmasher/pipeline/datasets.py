@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from ..errors import InputError
 
 __all__ = ["synthetic_records", "resolve_data_source", "data_inputs", "load_dataset"]
 
@@ -43,8 +44,6 @@ def resolve_data_source(data: dict) -> dict:
     "on_invalid"}`` when its file exists, else its ``synthetic`` fallback ``{"kind": "synthetic",
     "records", "seed"}``. Recorded in the params of the rules that read records, so a file that
     appears (or disappears) re-runs them."""
-    from ..errors import InputError
-
     path = data.get("csv")
     if path and Path(path).is_file():
         return {"kind": "csv", "path": str(path), "domain": data.get("domain"), "on_invalid": data.get("on_invalid", "error")}

@@ -10,6 +10,7 @@ from ..allocation import is_certified
 from ..atomic import write_json
 from .datasets import load_dataset
 from .layout import solve_benchmark_path, split_solve_path
+import numpy as np
 
 __all__ = ["read_benchmark", "evaluate"]
 
@@ -36,8 +37,6 @@ def read_benchmark(path: str | Path) -> dict | None:
 def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float, int]:
     """Weighted squared error, weight, squared standardised error and its count over ``views``
     (indices of the workload's views), one view at a time: bounded memory."""
-    import numpy as np
-
     from ..data import marginal
     from ..decompose import view_answers
     from ..reconstruct import released_answers

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from ..errors import InputError
 
 __all__ = [
     "RESULTS", "KEY_PATTERN", "NS_PATTERN", "slugify", "budget_slug", "experiment_name", "problem_name", "problem_dir", "subproblem_path",
@@ -64,8 +65,6 @@ def check_release_name(name) -> str:
     ...
     querysmasher.errors.InputError: release name 'logs': is a name the workflow uses for its own folders (batches, benchmarks, figures, logs, paper, problems, releases, solves, subproblems, tables): choose another
     """
-    from ..errors import InputError
-
     if not isinstance(name, str) or not RELEASE_NAME_PATTERN.match(name):
         raise InputError("release name", name, "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit")
     if name.lower() in RESERVED_RELEASE_NAMES:

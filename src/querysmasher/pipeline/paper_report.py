@@ -29,6 +29,7 @@ from pathlib import Path
 from ..allocation import relative_gap
 from ..atomic import write_text
 from ..paper import METHOD_COLUMNS, PaperFigures, load_paper_figures
+from .paper_plots import plot_table
 
 __all__ = ["RMSE_TABLES", "TIMING_TABLES", "METHOD_ORDER", "row_keys", "not_measurable", "paper_table", "table_markdown",
            "write_paper_outputs", "CAPTIONS"]
@@ -237,8 +238,6 @@ def write_paper_outputs(table: int, metrics: list[dict], unsupported: list[dict]
     write_text(Path(csv_path), df.to_csv(index=False))
     write_text(Path(md_path), table_markdown(table, df))
     if figure_paths:
-        from .paper_plots import plot_table
-
         plot_table(table, df, figure_paths)
     return {"table": table, "rows": len(df)}
 

@@ -35,7 +35,8 @@ import math
 import os
 from functools import lru_cache
 
-from .cache import BASE_MEM_MB, STORED_SOLUTIONS_HELD, estimate_decompose_mem_mb, runtime_minutes
+from .cache import BASE_MEM_MB, DECOMPOSE_HELD_FACTOR, distinct_nonproduct_views, estimate_decompose_mem_mb, runtime_minutes, STORED_SOLUTIONS_HELD
+from .datasets import resolve_data_source
 
 __all__ = ["stage_resources", "stage_threads", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
 
@@ -68,8 +69,6 @@ def decompose_runtime_minutes(mem_mb: float) -> int:
 
 def records_shape(data: dict) -> tuple[int, float, bool]:
     """(records, file MB, is a CSV file) of an experiment's data set config (its resolved source)."""
-    from .datasets import resolve_data_source
-
     if not data:
         return 0, 0.0, False
     src = resolve_data_source(data)
@@ -113,8 +112,6 @@ def _query_factor_mb(workload) -> float:
     """MB of re-deriving the query factors of a plan's views held over them (non-product views with
     fewer queries than cells, :mod:`querysmasher.queryfactor`): their subquery matrices, as decompose
     builds them (views with as many queries as cells, e.g. random, keep their Grams in the plan)."""
-    from .cache import DECOMPOSE_HELD_FACTOR, distinct_nonproduct_views
-
     held = largest = 0.0
     for c, rows, _ in distinct_nonproduct_views(workload):
         if rows < c:  # views with as many queries as cells (random) keep their Grams in the plan

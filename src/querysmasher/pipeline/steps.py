@@ -28,6 +28,13 @@ from .cache import (
 )
 from .datasets import load_dataset
 from .layout import batch_path, solve_path, solver_namespace, subproblem_path, workload_id
+import numpy as np
+from ..decompose import decompose, Decomposition, SubworkloadGram
+from ..linalg import MatrixStore
+from ..queryfactor import rederive_solutions
+from ..plan import Plan
+from ..planning import make_plan
+from ..data import warn_dropped
 
 __all__ = [
     "logged", "write_workload_file", "read_workload_file", "decompose_to_files", "solve_subproblem_files", "allocate_to_files",
@@ -72,8 +79,6 @@ def decompose_to_files(
     grouped by :func:`~querysmasher.pipeline.cache.plan_batches` (at most ``batch_size`` keys and
     about ``batch_seconds`` of estimated work per batch) and listed in ``results/batches/{bid}.json``
     (if absent)."""
-    from ..decompose import decompose
-
     w = read_workload_file(workload_path)
     if get_method(method).whole_workload:  # planned whole in the allocate job: no views, no subproblems
         return _empty_decomposition(w, decomposition_path, manifest_path, method=method, options=options, workload_path=workload_path, problem=problem)
@@ -164,13 +169,9 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
     decomposition of ``workload_path``, re-run here (deterministic and cheap), and solve its Gram of
     each key -- equal to the file's, but on the real attributes of the workload's first view with
     that key, as :func:`querysmasher.planning.make_plan` does."""
-    import numpy as np  # noqa: F401  (after the caller's thread limits)
-
     solver = get_method(method).build(**(options or {}))
     distinct = None
     if hasattr(solver, "prepare"):
-        from ..decompose import decompose
-
         if not workload_path:
             raise ValueError(f"method {method!r} reads workload context: give workload_path")
         decomp = decompose(read_workload_file(workload_path), lazy=True)  # as the decompose job: one large random Gram at a time
@@ -194,10 +195,7 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
 def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget):
     """The residual plan of per-view solutions computed by solve jobs: the budget allocated over the
     residual views of ``decomposition.json`` with the solutions of the solve files."""
-    from ..decompose import Decomposition, SubworkloadGram
-    from ..linalg import MatrixStore
     from ..planners.residual import assemble_plan
-    from ..queryfactor import rederive_solutions
 
     dj = json.loads(Path(decomposition_path).read_text())
     sizes = w.schema.sizes
@@ -234,9 +232,7 @@ def allocate_to_files(
     objective (which re-solves the views under its own query weights) plan here, through
     :func:`querysmasher.planning.make_plan`. ``max_variance=False`` (with ``mechanisms=False``)
     leaves the largest query variance out of a residual plan's summary (:meth:`querysmasher.plan.Plan.summary`)."""
-    from ..plan import Plan
     from ..planfiles import save_any_plan, save_plan_summary
-    from ..planning import make_plan
 
     w = read_workload_file(workload_path)
     b = parse_budget(budget, delta, neighbours)
@@ -265,7 +261,6 @@ def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
     """The release of an experiment: the plan's mechanisms on the records with a fixed noise seed
     (experiments are explicitly seeded runs; the measurements file is marked ``seeded``), with the
     privacy re-check before any record is read, as the command line does."""
-    from ..data import warn_dropped
     from ..measure import check_plan, measure_plan_to_file, plan_digest
     from ..noise import make_noise
     from ..planfiles import load_any_plan

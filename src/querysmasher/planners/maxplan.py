@@ -27,7 +27,7 @@ from ..allocation import BUDGET_MARGIN, Allocation
 from ..decompose import decompose
 from ..linalg import content_hash
 from ..methods import get_method
-from ..solvers import mechanism_loss
+from ..solvers import mechanism_loss, ViewMechanism, ViewSolution
 from ..maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, QueryClass, class_variances,
                      class_contributions, query_classes, view_orbits, weighted_decomposition)
 from ..plan import Plan
@@ -252,8 +252,6 @@ def _best_mixture(values: list[np.ndarray]) -> tuple[list[tuple[int, float]], fl
 def _mixed_plan(workload: Workload, parts: list, method: str, budget: Budget, max_cells: int):
     """The plan measuring, per view, Y_v = sum_t alpha_t X_v^t / sigma_{v,t}^2 (as one mechanism at
     cost max diag Y_v); None when a view that differs across iterates is too large to hold densely."""
-    from ..solvers import ViewMechanism, ViewSolution
-
     first = parts[0][1]
     views = list(first.views)
     keys, sols, prec = [], {}, np.zeros(len(views))

@@ -39,6 +39,7 @@ from ..options import Option, check_options
 from .base import SolveEstimate, ViewMechanism, ViewSolution, prime_eigh
 from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_bytes, wff_weights_1d
 from .sdp import solve_dense, solve_factored
+from ..queryfactor import express_over_factor, factor_loss, holds_query_factor
 
 __all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
 
@@ -195,8 +196,6 @@ class QSSolver:
             return ViewSolution(best.mechanism, best.loss, 0.0, f"qs/{best.solver}", note)
         query_factor = None
         if factored:
-            from ..queryfactor import express_over_factor, factor_loss, holds_query_factor
-
             F = gram.factor(store)
             r = solve_factored(F, target_gap=self.target_gap)
             mech, loss = ViewMechanism("lowrank", gram.sizes, (r.V, r.s)), r.loss
