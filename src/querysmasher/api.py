@@ -46,6 +46,9 @@ from .plankinds import kind_of, PLAN_KINDS
 from .threads import limited
 import numpy as np
 from .accounting import make_budget
+from .planning import make_plan as plan_workload
+from .data import load_records, Records, validate_records, warn_dropped
+from .noise import make_noise
 
 __all__ = ["make_plan", "measure", "reconstruct", "Measurable", "Release", "Answers",
            "save", "load", "budget"]
@@ -156,8 +159,6 @@ def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float 
     ``threads``: for numerical work (default 1; more solves that many views at a time,
     :mod:`querysmasher.threads`), for this call only.
     """
-    from .planning import make_plan as plan_workload
-
     with limited(threads):
         plan = plan_workload(schema, workload, method, budget, beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta,
                              neighbours=neighbours, noise=noise, objective=objective, options=options,
@@ -167,8 +168,6 @@ def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float 
 
 
 def _records(plan, data, *, domain=None, on_invalid: str = "error"):
-    from .data import Records, load_records, validate_records
-
     if isinstance(data, Records):
         return data
     if isinstance(data, (str, os.PathLike)):
@@ -188,9 +187,7 @@ def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, 
     entropy; ``seed`` switches to numpy's seeded generator for experiments only (the release is then
     marked as seeded); see :func:`querysmasher.noise.make_noise`. ``threads``: for numerical work
     (default 1)."""
-    from .data import warn_dropped
     from .measure import check_plan, measure as measure_records
-    from .noise import make_noise
 
     plan = _measured_form(plan)
     check_plan(plan)  # privacy cost, noise scales, estimability: before the records are read

@@ -38,6 +38,7 @@ import numpy as np
 
 from .errors import InputError
 from .schema import check_encoding, Schema
+import logging
 
 if TYPE_CHECKING:  # pandas (with pyarrow) is half a second of import: only reading a table pays it
     import pandas as pd
@@ -68,8 +69,6 @@ def warn_dropped(records: Records) -> None:
     a rule's ``log:`` file); the exact number stays in ``records.dropped`` for the caller.
     """
     if records.dropped:
-        import logging
-
         logging.getLogger("querysmasher").warning(
             "invalid rows were dropped (how many is not logged: it is derived from the records); "
             "the privacy guarantee holds for the cleaned data set")

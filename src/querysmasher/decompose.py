@@ -32,6 +32,7 @@ import numpy as np
 from .families import gram_1d, pair_query_matrix, query_matrix_1d, random_query_matrix
 from .linalg import MatrixStore, centering, content_hash, kron_apply, kron_dense, project_gram
 from .workload import Workload, WorkloadView
+import time
 
 __all__ = [
     "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "view_answers", "subquery_matrix",
@@ -277,8 +278,6 @@ def decompose(workload: Workload, *, lazy: bool | None = None) -> Decomposition:
     rebuilt when read, so that the decomposition holds one such Gram at a time whatever the number
     of views; ``None`` does so when they would hold more than ``LAZY_AUTO_BYTES``. The keys and the
     matrices read back are the same either way."""
-    import time
-
     t0 = time.perf_counter()
     sizes_all = workload.schema.sizes
     if lazy is None:

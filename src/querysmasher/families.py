@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import InputError
+from .schema import MAX_ATTRIBUTE_SIZE
 
 __all__ = [
     "PRODUCT_FAMILIES",
@@ -85,8 +86,6 @@ def query_matrix_1d(family: str, n: int) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _gram_1d_cached(family: str, n: int) -> np.ndarray:
-    from .schema import MAX_ATTRIBUTE_SIZE
-
     if n > MAX_ATTRIBUTE_SIZE:  # refuse before allocating n x n
 
         raise InputError("attribute size", n, f"is above {MAX_ATTRIBUTE_SIZE:,}: the {family} Gram would be {n:,} x {n:,}; coarsen the attribute")

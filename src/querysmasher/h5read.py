@@ -39,6 +39,8 @@ import h5py
 import numpy as np
 
 from .errors import InputError
+from .schema import Schema
+from .workload import CustomQueries
 
 __all__ = ["READ_ERRORS", "PROBE_SECONDS", "probe", "bad", "missing", "raised_by_h5py", "h5py_errors", "child", "members", "indexed_members", "text", "integer", "number",
            "flag", "json_attr", "array", "strings", "has", "finite_vector", "custom_queries", "json_number", "json_text", "read_schema"]
@@ -347,8 +349,6 @@ def strings(parent, name: str, *, length: int | None = None) -> list[str]:
 
 def read_schema(obj, name: str = "schema"):
     """The :class:`~querysmasher.schema.Schema` of JSON attribute ``name``, every part checked."""
-    from .schema import Schema
-
     doc = json_attr(obj, name, dict)
     json_text(obj, name, doc, "name")
     attrs = doc.get("attributes")
@@ -384,8 +384,6 @@ def finite_vector(parent, name: str, length: int | None = None, *, chunk: int = 
 def custom_queries(parent) -> dict:
     """The {path: CustomQueries} a plan or workload file carries (group ``custom``), each checked:
     attribute names as strings, queries a finite 2-D float array."""
-    from .workload import CustomQueries
-
     group = child(parent, "custom", group=True)
     out = {}
     for name in members(group):

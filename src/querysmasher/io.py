@@ -27,6 +27,7 @@ from . import __version__
 from .atomic import atomic_path, check_output
 from .errors import InputError
 from .h5read import integer, READ_ERRORS
+from .workload import CustomQueries
 
 __all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries"]
 
@@ -140,8 +141,6 @@ def put_custom_queries(parent: h5py.Group, custom: dict) -> None:
 
 def get_custom_queries(parent: h5py.Group) -> dict:
     """The {path: CustomQueries} stored by :func:`put_custom_queries`."""
-    from .workload import CustomQueries
-
     def text(x):
         return x.decode() if isinstance(x, bytes) else str(x)
 

@@ -44,6 +44,8 @@ from .families import query_matrix_1d
 from .linalg import content_hash, kron_dense, project_gram
 from .workload import Workload, WorkloadView
 from .fulldomain import is_full_domain_plan
+from .variances import view_variances
+from .threads import budget, parallel_map
 
 __all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "OBJECTIVES", "NU_FLOOR"]
 
@@ -167,8 +169,6 @@ def _marginal_cell_variance(plan, v: WorkloadView) -> float:
 def _representative_variances(plan, c: QueryClass) -> np.ndarray:
     """Var_q of the class's queries on its first view (one marginal cell for a collapsed class:
     all cells of a marginal have the same variance)."""
-    from .variances import view_variances
-
     v = plan.workload.views[c.views[0]]
     if c.collapsed:
         return np.array([_marginal_cell_variance(plan, v)])
@@ -190,9 +190,6 @@ def max_variance_of(plan) -> tuple[float, int, int]:
     candidates are split over forked workers (Table 4's random:1,2: 820 classes of one dense view
     each, c^3 work per view); the answer does not depend on the split.
     """
-    from .threads import budget, parallel_map
-    from .variances import view_variances
-
     if is_full_domain_plan(plan):
         items = [(j, j, v.weight, None) for j, v in enumerate(plan.workload.views)]
     else:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import h5read as r
+from . import data, h5read as r
 from .errors import InputError, require_finite
 from .io import atomic_h5, open_h5, put, put_json
 from .logs import progress
@@ -36,7 +36,7 @@ from .noise import SAMPLERS, as_noise, check_noise_scales
 from .plankinds import kind_of
 from .threads import at_most
 
-if TYPE_CHECKING:  # .data imports pandas (half a second), and reconstruct never reads records
+if TYPE_CHECKING:
     from .data import Records
     from .noise import NoiseSource
 
@@ -110,8 +110,6 @@ def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource,
     numpy generator (experiments); ``draws`` independent copies as a trailing axis (numpy only, for
     tests). BLAS runs single-threaded while noise is drawn (many small products).
     """
-    from .data import marginal  # pandas is loaded only by the stage that reads records
-
     noise = as_noise(rng)
     ms = measurements_of(plan)
     check_budget(plan, ms)
@@ -121,7 +119,7 @@ def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource,
     with at_most(1):
         for m in progress(ms, desc="measure", total=len(ms)):
             if m.attrs != attrs:  # consecutive measurements of one marginal count it once
-                attrs, x = m.attrs, marginal(records, m.attrs, sizes)
+                attrs, x = m.attrs, data.marginal(records, m.attrs, sizes)
             yield m.index, m.release(x, noise, draws)
     log.info("measured %d vectors", len(ms))
 

@@ -28,6 +28,7 @@ from .schema import Schema
 from .solvers import ViewSolution
 from .workload import Workload
 from .maxvar import max_variance_of
+from .svd_bound import svd_bound
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,6 @@ class Plan(PredictedError):
     def svd_bound(self) -> float | None:
         """The SVD bound on every Gaussian mechanism's total variance at this budget, where exactly
         computable (:func:`querysmasher.svd_bound.svd_bound`); None otherwise."""
-        from .svd_bound import svd_bound
-
         t0 = time.perf_counter()
         b = svd_bound(self.workload)
         self.phase_seconds["svd_bound"] = time.perf_counter() - t0

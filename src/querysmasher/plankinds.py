@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import InputError
+from importlib.metadata import entry_points
 
 __all__ = ["PlanKind", "PLAN_KINDS", "PLAN_KIND_GROUP", "register_plan_kind", "plan_kind", "kind_of", "OPERATIONS"]
 
@@ -112,8 +113,6 @@ def plan_kind(file_kind) -> PlanKind | None:
     if file_kind in PLAN_KINDS:
         return PLAN_KINDS[file_kind]
     if _DISCOVERED is None:
-        from importlib.metadata import entry_points
-
         _DISCOVERED = {ep.name: ep for ep in entry_points(group=PLAN_KIND_GROUP)}
     ep = _DISCOVERED.get(file_kind)
     if ep is None:

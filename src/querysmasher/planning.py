@@ -26,6 +26,8 @@ from .errors import InputError
 from .methods import get_method
 from .schema import Schema, check_attribute_sizes, parse_schema
 from .workload import Workload, parse_workload
+from .planners.residual import plan_residual
+from .planners.maxplan import plan_max
 
 __all__ = ["make_plan", "parse_problem"]
 
@@ -86,9 +88,6 @@ def make_plan(
     if m.whole_workload:
         return m.build(**options).plan(schema, workload, budget, objective=objective)
     if objective == "max":
-        from .planners.maxplan import plan_max
-
         return plan_max(schema, workload, method, budget, solver_options=options)
-    from .planners.residual import plan_residual
 
     return plan_residual(workload, method, m.build(**options), budget)

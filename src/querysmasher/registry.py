@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+import importlib
+from importlib.metadata import entry_points
 
 __all__ = ["PluginRegistry", "NAME_PATTERN", "lazy_factory"]
 
@@ -30,8 +32,6 @@ def lazy_factory(module: str, cls: str) -> Callable:
     ``capabilities`` attribute loads the class, whose attributes say what the method supports."""
 
     def load():
-        import importlib
-
         return getattr(importlib.import_module(module), cls)
 
     def factory(**options):
@@ -64,8 +64,6 @@ class PluginRegistry(MutableMapping[str, Callable]):
 
     def _plugins(self) -> dict:
         if self._entry_points is None:
-            from importlib.metadata import entry_points
-
             found = {}
             for ep in entry_points(group=self.group):
                 where = f"entry point {ep.name!r} of {_dist_name(ep)}"

@@ -42,6 +42,7 @@ from .workload import Workload, check_weight, format_weight, parse_workload
 from .plankinds import kind_of, plan_kind
 from .data import load_records, warn_dropped
 from .planning import make_plan
+from .noise import make_noise
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
@@ -186,7 +187,6 @@ def release_workload(tables, schema: Schema) -> Workload:
 
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
-    from .noise import make_noise
     from .measure import check_plan
     from .reconstruct import release_tables
     from .tablefiles import check_table_columns, write_table_files

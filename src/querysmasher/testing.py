@@ -34,6 +34,9 @@ from .linalg import kron_dense
 from .schema import Attribute, Schema
 from .workload import Workload, WorkloadView, parse_workload
 from .data import validate_records
+from .solvers import get_solver
+from .planners.residual import assemble_plan, solve_distinct
+from . import variances
 
 __all__ = [
     "SolverCheckError", "SMALL_SCHEMA", "SMALL_WORKLOADS", "plan_with", "check_view_solutions", "check_privacy",
@@ -105,8 +108,6 @@ def full_privacy_gram(plan) -> np.ndarray:
 
 def _solver_of(solver) -> tuple[object, str]:
     """(solver object, name) from a registered name, a factory or a solver object."""
-    from .solvers import get_solver
-
     if isinstance(solver, str):
         return get_solver(solver), solver
     obj = solver if callable(getattr(solver, "solve", None)) else solver()
@@ -115,8 +116,6 @@ def _solver_of(solver) -> tuple[object, str]:
 
 def plan_with(solver, workload: Workload | str, budget: Budget | None = None, schema: Schema = SMALL_SCHEMA):
     """A plan made with a solver object (or name/factory), the way ``make_plan`` makes one."""
-    from .planners.residual import assemble_plan, solve_distinct
-
     obj, name = _solver_of(solver)
     wl = parse_workload(workload, schema) if isinstance(workload, str) else workload
     decomp = decompose(wl)
@@ -187,7 +186,6 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
 
     from .measure import measure
     from .reconstruct import reconstruct
-    from .variances import view_variances
 
     schema = plan.schema
     rng = np.random.default_rng(seed)
@@ -200,7 +198,7 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
     for v in views:
         truth = view_queries(plan.workload, v) @ (marginal_map(schema.sizes, v.attrs) @ full)
         a = rec.view_answers(v)
-        var = view_variances(plan, v)
+        var = variances.view_variances(plan, v)  # looked up when called: the kit's own tests plant a wrong prediction there
         where = f"{plan.method} on {plan.workload.spec}, view {v.attrs}"
         if np.any(np.abs(a.mean(axis=1) - truth) > 4 * np.sqrt(var / draws)):
             raise SolverCheckError(f"{where}: mean answer further than 4 standard errors from the truth (biased?)")

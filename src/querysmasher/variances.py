@@ -19,6 +19,7 @@ from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
 from .workload import WorkloadView
+from collections import OrderedDict
 
 __all__ = ["query_variances", "view_variances", "ViewVarianceMemo"]
 
@@ -108,8 +109,6 @@ class ViewVarianceMemo:
     """
 
     def __init__(self, plan: "Plan", max_bytes: int = 256 << 20):
-        from collections import OrderedDict
-
         self.plan = plan
         self.max_bytes = int(max_bytes)
         self._measured = _measured(plan)

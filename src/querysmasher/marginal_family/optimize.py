@@ -28,6 +28,7 @@ from .basis import subset_dim, to_residual
 from .certificate import certificate
 from .problem import MarginalProblem
 from ..threads import at_most
+import itertools
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,6 @@ def start_from_residual_plan(problem: MarginalProblem, plan) -> tuple[list[np.nd
 
 
 def _subsets(attrs, r):
-    import itertools
-
     return itertools.combinations(attrs, r)
 
 

@@ -37,6 +37,7 @@ from .symmetric_polish import polish_restricted
 from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, filled_correlation, least_mixed, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem, marginal_view_attrs
 from .operators import applied_privacy_cost, measurement_operators
+from ..planners.residual import plan_residual
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +188,6 @@ def plan(
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
     if residual_plan is None:
-        from ..planners.residual import plan_residual
-
         residual_plan = plan_residual(workload, "qs", QSSolver(), Budget.from_beta(1.0))
     t1 = time.perf_counter()
     options = dict(optimiser_options or {})
@@ -370,8 +369,6 @@ def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
     its operators cost ``budget.beta`` (less the margin) under ``budget.neighbours``; no lower bound
     (the certificate is for the diagonal constraints). The reference is ``qs`` under the same
     relation."""
-    from ..planners.residual import plan_residual
-
     cost = applied_privacy_cost(measurement_operators(base), budget.neighbours)
     scale = budget.beta * (1 - BUDGET_MARGIN) / cost  # shares (1 / sigma^2) times this
     qs_ref = plan_residual(base.workload, "qs", QSSolver(), Budget.from_beta(1.0).with_neighbours(budget.neighbours))

@@ -9,6 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from .base import ViewMechanism, count_positive, factor_pair_distance, refuse
+import math
 
 __all__ = ["LowRankMechanism"]
 
@@ -25,8 +26,6 @@ class LowRankMechanism(ViewMechanism):
 
     @classmethod
     def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        import math
-
         from .. import h5read as r
 
         s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
