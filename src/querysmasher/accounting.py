@@ -389,7 +389,7 @@ def parse_budget(value, delta: float | None = None, neighbours: str = "add-remov
     >>> parse_budget("rho=0.5").beta, parse_budget(2).beta, parse_budget("eps=1,delta=1e-6").source
     (1.0, 2.0, 'epsilon-delta')
     """
-    import re
+    import re  # import querysmasher.cli stays fast
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError("budget", value, "must be a number (beta) or beta=B, rho=R, mu=U, eps=E,delta=D")
@@ -414,7 +414,7 @@ def view_costs(keys, solutions, neighbours: str = "add-remove"):
     Under ``replace`` a view can cost 0 (the total count is invariant); it is charged a floor of
     1e-12 times the largest cost so that it is still measured, with finite noise (over-charging is safe).
     """
-    import numpy as np
+    import numpy as np  # loads numpy: import querysmasher.cli stays fast
 
     per_key = {k: solutions[k].mechanism.cost(neighbours) for k in set(keys)}
     costs = np.array([per_key[k] for k in keys], dtype=float)

@@ -126,7 +126,7 @@ class Release(Measurements):
         return reconstruct(self, threads=threads)
 
     def save(self, path) -> None:
-        from .measure import save_measurements
+        from .measure import save_measurements  # loads h5py only where it is used
 
         if self.plan is None:
             raise InputError("measurements", "plan", "are not attached to a plan")
@@ -187,7 +187,7 @@ def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, 
     entropy; ``seed`` switches to numpy's seeded generator for experiments only (the release is then
     marked as seeded); see :func:`querysmasher.noise.make_noise`. ``threads``: for numerical work
     (default 1)."""
-    from .measure import check_plan, measure as measure_records
+    from .measure import check_plan, measure as measure_records  # loads h5py only where it is used
 
     plan = _measured_form(plan)
     check_plan(plan)  # privacy cost, noise scales, estimability: before the records are read
@@ -214,7 +214,7 @@ class Answers:
     """
 
     def __init__(self, plan, measurements, *, threads: int = 1):
-        from .reconstruct import reconstruct as estimates, variances_of
+        from .reconstruct import reconstruct as estimates, variances_of  # loads pandas, h5py, pyarrow, numpy only where it is used
 
         self.plan = plan
         self.measurements = measurements
@@ -248,7 +248,7 @@ class Answers:
     def table(self, attrs: str | int | Sequence[str | int]):
         """The marginal table over ``attrs`` (names or indices): one row per cell, the attribute
         codes, ``estimate`` and ``variance`` (class docstring: which tables a release gives)."""
-        import pandas as pd
+        import pandas as pd  # loads pandas only where it is used
 
         idx = self._attrs(attrs)
         with limited(self.threads):
@@ -263,7 +263,7 @@ class Answers:
 
     def view(self, index: int):
         """Every query of workload view ``index`` (``plan.workload.views[index]``): estimate, variance."""
-        import pandas as pd
+        import pandas as pd  # loads pandas only where it is used
 
         v = self.plan.workload.views[index]
         with limited(self.threads):
@@ -275,7 +275,7 @@ class Answers:
 
     def save(self, path) -> dict:
         """Write the answers file (see ``querysmasher reconstruct``); returns its summary."""
-        from .reconstruct import save_answers
+        from .reconstruct import save_answers  # loads pandas, h5py, pyarrow, numpy only where it is used
 
         with limited(self.threads):
             return save_answers(path, self.reconstruction, self.variances)
@@ -304,8 +304,8 @@ def reconstruct(measurements: Release | Measurements, plan=None, *, threads: int
 
 def _plan_sha256(plan) -> str:
     """Digest of the plan's file (as saved or loaded; else of the file it would be saved as)."""
-    from .measure import plan_digest
-    from .planfiles import save_any_plan
+    from .measure import plan_digest  # loads h5py only where it is used
+    from .planfiles import save_any_plan  # loads h5py only where it is used
 
     digest = getattr(plan, "_sha256", None)
     if digest:
@@ -319,8 +319,8 @@ def _plan_sha256(plan) -> str:
 def save(obj, path) -> None:
     """Write a plan of any kind (``plan.h5``), a release or Answers to ``path``, in the same formats
     as the command line, atomically."""
-    from .measure import plan_digest
-    from .planfiles import is_plan, save_any_plan
+    from .measure import plan_digest  # loads h5py only where it is used
+    from .planfiles import is_plan, save_any_plan  # loads h5py only where it is used
 
     if isinstance(obj, (Release, Answers)):
         obj.save(path)
@@ -337,9 +337,9 @@ def load(path, *, plan=None):
     """Read a plan file (of any kind: a plan with ``.measure``) or a measurements file. Measurements
     are attached to ``plan`` (a plan or a plan file), which must be the plan they were made with
     (checked by its digest when known)."""
-    from .io import read_kind
-    from .measure import load_measurements, plan_digest
-    from .planfiles import load_any_plan
+    from .io import read_kind  # loads h5py only where it is used
+    from .measure import load_measurements, plan_digest  # loads h5py only where it is used
+    from .planfiles import load_any_plan  # loads h5py only where it is used
 
     if not Path(path).is_file():
         raise InputError("file", str(path), "does not exist")

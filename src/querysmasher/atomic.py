@@ -127,7 +127,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def _json_default(o):
-    import numpy as np
+    import numpy as np  # loads numpy: import querysmasher.cli stays fast
 
     if isinstance(o, np.generic):
         return o.item()
@@ -167,8 +167,8 @@ def clean_stale_temp_files(root: str | os.PathLike, min_age_seconds: float = 300
 def terminate_as_exit() -> Iterator[None]:
     """SIGTERM (a cancelled job, ``kill``) and SIGHUP raise SystemExit inside the block, so its
     clean-up runs; outside the main thread (where handlers cannot be set) nothing changes."""
-    import signal
-    import threading
+    import signal  # import querysmasher.cli stays fast
+    import threading  # import querysmasher.cli stays fast
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -196,7 +196,7 @@ def atomic_folder(path: str | os.PathLike, field: str = "--out") -> Iterator[Pat
     (``.{name}.lock``) makes a second writer fail at once. Temporary folders of ``path`` left by a
     killed writer are removed when the lock is taken: they are never published.
     """
-    import fcntl
+    import fcntl  # import querysmasher.cli stays fast
 
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

@@ -120,15 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from .release import load_release_spec, run_release
+    from .release import load_release_spec, run_release  # loads yaml, numpy: import querysmasher.cli stays fast
 
     print(json.dumps(run_release(load_release_spec(args.spec), args.out)))
     return 0
 
 
 def _solver_options(args: argparse.Namespace) -> dict:
-    from .documents import parse_yaml
-    from .methods import get_method
+    from .documents import parse_yaml  # loads yaml: import querysmasher.cli stays fast
+    from .methods import get_method  # loads numpy: import querysmasher.cli stays fast
 
     opts = {}
     for flag in ("target_gap", "max_dense_cells", "memory_budget_mb"):  # each against the range its method declares
@@ -158,9 +158,9 @@ def _solver_options(args: argparse.Namespace) -> dict:
 def _plan(args: argparse.Namespace) -> int:
     from .allocation import is_certified  # numpy, like what follows: only when planning (import time of the CLI)
     from .methods import get_method  # numpy and the solvers: only when planning (import time of the CLI)
-    from .planfiles import save_any_plan
-    from .planning import make_plan
-    from .workload import workload_input_files
+    from .planfiles import save_any_plan  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .planning import make_plan  # loads numpy: import querysmasher.cli stays fast
+    from .workload import workload_input_files  # loads numpy: import querysmasher.cli stays fast
 
     m = get_method(args.method)  # unknown methods, objectives, noises and relations: before any work
     m.check(objective=args.objective, noise=args.noise, neighbours=args.neighbours, prefix="--")
@@ -197,12 +197,12 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from .data import load_records, warn_dropped
-    from .h5read import probe
-    from .measure import check_plan, measure_plan_to_file, plan_digest
-    from .noise import make_noise
-    from .planfiles import load_any_plan
-    from .schema import parse_schema
+    from .data import load_records, warn_dropped  # loads numpy: import querysmasher.cli stays fast
+    from .h5read import probe  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .measure import check_plan, measure_plan_to_file, plan_digest  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .noise import make_noise  # loads numpy: import querysmasher.cli stays fast
+    from .planfiles import load_any_plan  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .schema import parse_schema  # import querysmasher.cli stays fast
 
     check_output(args.out, inputs=[args.plan, args.data, args.domain, args.schema])
     probe(args.plan, "--plan")  # HDF5 crashes or hangs on some corrupted files: a child reads it first
@@ -222,10 +222,10 @@ def _measure(args: argparse.Namespace) -> int:
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
-    from .h5read import probe
-    from .measure import plan_digest
-    from .planfiles import load_any_plan
-    from .reconstruct import reconstruct_plan_to_file
+    from .h5read import probe  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .measure import plan_digest  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .planfiles import load_any_plan  # loads h5py, numpy: import querysmasher.cli stays fast
+    from .reconstruct import reconstruct_plan_to_file  # loads pandas, h5py, pyarrow, numpy: import querysmasher.cli stays fast
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")

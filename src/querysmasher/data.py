@@ -81,7 +81,7 @@ def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, 
     mis-encoded: the attribute exists; categories are unique and exactly ``size`` of them; bins are
     ``size + 1`` finite, strictly increasing numbers. Any problem is one InputError naming it.
     """
-    from .documents import read_document
+    from .documents import read_document  # loads yaml only where it is used
 
     p = Path(path)
     data = read_document(p, "--domain")
@@ -150,7 +150,7 @@ def _read_table(path: str | Path) -> pd.DataFrame:
 
 
 def _read_csv(p: Path) -> pd.DataFrame:
-    import pandas as pd
+    import pandas as pd  # loads pandas only where it is used
 
     rows = pd.read_csv(p, header=None, dtype=str, keep_default_na=False, na_values=[""])
     frame = rows.iloc[1:].reset_index(drop=True)
@@ -161,7 +161,7 @@ def _read_csv(p: Path) -> pd.DataFrame:
 def _read_parquet(p: Path) -> pd.DataFrame:
     # pyarrow directly, as pandas.read_parquet does, since that one refuses a name written twice with a
     # message quoting it: here the duplicate reaches the header check, which quotes only attributes.
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # loads pyarrow only where it is used
 
     with pq.ParquetFile(p) as f:
         return f.read(use_pandas_metadata=True).to_pandas()
@@ -169,7 +169,7 @@ def _read_parquet(p: Path) -> pd.DataFrame:
 
 def _unreadable(exc: Exception) -> str:
     """Why a reader failed, in words holding nothing of the file."""
-    import pandas as pd
+    import pandas as pd  # loads pandas only where it is used
 
     if isinstance(exc, pd.errors.EmptyDataError):
         return "it holds no header line"
@@ -237,7 +237,7 @@ def _encode(col: pd.Series, name: str, size: int, enc: dict) -> tuple[np.ndarray
         if unknown.any():
             problems.append((unknown, f"hold a value not in the category list of {name!r}"))
         return codes, problems
-    import pandas as pd
+    import pandas as pd  # loads pandas only where it is used
 
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     nonnum = np.isnan(values) & ~missing

@@ -432,7 +432,7 @@ def probe(path, what: str, seconds: float | None = None) -> None:
     pid = os.fork()
     if pid == 0:  # the child: no output, no cleanup of the parent's state, only the exit status
         try:
-            import faulthandler
+            import faulthandler  # optional
 
             os.close(read_end)
             faulthandler.disable()

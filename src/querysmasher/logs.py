@@ -76,7 +76,7 @@ class _Handler(logging.StreamHandler):
         try:
             msg = self.format(record)
             if _state["progress"] and "tqdm" in sys.modules:
-                from tqdm import tqdm
+                from tqdm import tqdm  # optional
 
                 tqdm.write(msg, file=self.stream)
             else:

@@ -89,7 +89,7 @@ def _opendp_gaussian(sigma: float):
     """OpenDP's mechanism at noise scale sigma, after checking that OpenDP's own privacy map agrees
     with the accounting here: rho = d^2 / (2 sigma^2) at L2 sensitivity d = 1 (its rounding
     relaxation must vanish at double precision, which the budget margin absorbs)."""
-    import opendp.prelude as dp
+    import opendp.prelude as dp  # loads opendp only where it is used
 
     dp.enable_features("contrib")
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float)
@@ -103,7 +103,7 @@ def _opendp_gaussian(sigma: float):
 def _opendp_laplace(scale: float, sensitivity: float):
     """OpenDP's Laplace mechanism at ``scale``, after checking that its privacy map spends at most
     sensitivity / scale at L1 distance ``sensitivity``."""
-    import opendp.prelude as dp
+    import opendp.prelude as dp  # loads opendp only where it is used
 
     dp.enable_features("contrib")
     mech = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float), scale=scale)

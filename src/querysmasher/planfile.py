@@ -32,7 +32,7 @@ __all__ = ["save_plan", "load_plan", "write_solution", "read_solution", "file_fo
 
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
-    from .io import atomic_h5, new_group, put, put_custom_queries, put_json
+    from .io import atomic_h5, new_group, put, put_custom_queries, put_json  # loads h5py only where it is used
 
     with atomic_h5(path, kind="plan") as f:
         put_json(f, "schema", plan.schema.to_dict())
@@ -66,7 +66,7 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
     re-derive the mechanism from L and the plan's own workload (:mod:`querysmasher.queryfactor`).
     A dense X of at most ``EXACT_PAIR_CELLS`` cells is stored, and read back, as the lowrank
     mechanism of its eigenpairs (the same X; ``storage = "eigenpairs"``)."""
-    from .io import put
+    from .io import put  # loads h5py only where it is used
 
     compact = compact and s.query_factor is not None
     g.attrs["kind"] = s.mechanism.kind
@@ -82,8 +82,6 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         g.attrs["storage"] = "query-factor"
         return
     mech = s.mechanism
-    from . import mechanisms
-
     if mech.kind == "dense" and mech.pairs_enumerable:
         # X by its eigenpairs, as the lowrank mechanism (V, w) with the same X = V diag(w) V^T (what
         # the dense solver computed anyway): readers then need no c^3 eigendecomposition nor any
@@ -94,7 +92,7 @@ def write_solution(g, s: ViewSolution, *, compact: bool = False) -> None:
         g.attrs["kind"] = "lowrank"
         g.attrs["storage"] = "eigenpairs"
         w, v = mech.eigh()[0]
-        mech = mechanisms.ViewMechanism("lowrank", mech.sizes, (v, w))
+        mech = ViewMechanism("lowrank", mech.sizes, (v, w))
     for i, m in enumerate(mech.mats):
         put(g, f"m{i}", m)
     if mech.rotation is not None:
@@ -108,7 +106,7 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     factor only) gets a placeholder mechanism of its kind and sizes (no memory: a broadcast zero),
     never measured: the caller re-derives it from the workload (:func:`load_plan` does, through
     :func:`querysmasher.queryfactor.rederive_solutions`)."""
-    from . import h5read as r
+    from . import h5read as r  # loads h5py only where it is used
 
     kind = r.text(g, "kind", choices=tuple(MECHANISM_KINDS))
     storage = r.text(g, "storage", choices=("query-factor", "eigenpairs"), default="")
@@ -136,7 +134,7 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
 
 
 def _read_budget(f) -> Budget:
-    from . import h5read as r
+    from . import h5read as r  # loads h5py only where it is used
 
     b = r.json_attr(f, "budget")
     return Budget(
@@ -149,7 +147,7 @@ def _read_budget(f) -> Budget:
 def _read_summary(f) -> tuple[dict, dict | None]:
     """(the parts of the summary a Plan keeps: views, phase_seconds, notes, objective; its
     max-objective certificate or None)."""
-    from . import h5read as r
+    from . import h5read as r  # loads h5py only where it is used
 
     s = r.json_attr(f, "summary")
     phases = s.get("phase_seconds", {})
@@ -169,7 +167,7 @@ def _read_summary(f) -> tuple[dict, dict | None]:
 def _read_views(v, schema: Schema) -> tuple[list[tuple[int, ...]], list[str], dict[str, np.ndarray]]:
     """(residual views, their keys, per-view arrays scale/loss/lower_bound/sigma2), each checked:
     attributes in the schema, offsets consistent, one entry per view, values in range."""
-    from . import h5read as r
+    from . import h5read as r  # loads h5py only where it is used
 
     flat = r.array(v, "attrs", kind="i", ndim=1, lo=0, hi=len(schema) - 1)
     offs = r.array(v, "offsets", kind="i", ndim=1)
@@ -193,7 +191,7 @@ def _read_views(v, schema: Schema) -> tuple[list[tuple[int, ...]], list[str], di
 
 def _read_solutions(f, schema: Schema, views, keys) -> dict[str, ViewSolution]:
     """One solution per distinct view key, no other, each with the sizes of its views."""
-    from . import h5read as r
+    from . import h5read as r  # loads h5py only where it is used
 
     group = r.child(f, "solutions", group=True)
     sizes: dict[str, tuple[int, ...]] = {}
@@ -214,8 +212,8 @@ def load_plan(path) -> Plan:
     """Read a plan file written by :func:`save_plan`: every field checked for type, shape and range
     against the schema and views before anything is derived from it (an InputError naming the
     field and the value otherwise)."""
-    from . import h5read as r
-    from .io import open_h5
+    from . import h5read as r  # loads h5py only where it is used
+    from .io import open_h5  # loads h5py only where it is used
 
     with open_h5(path, "plan") as f, r.h5py_errors(path, "plan file"):
         schema = r.read_schema(f)

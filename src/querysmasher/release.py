@@ -187,9 +187,9 @@ def release_workload(tables, schema: Schema) -> Workload:
 
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
-    from .measure import check_plan
-    from .reconstruct import release_tables
-    from .tablefiles import check_table_columns, write_table_files
+    from .measure import check_plan  # loads h5py only where it is used
+    from .reconstruct import release_tables  # loads pandas, h5py, pyarrow, numpy only where it is used
+    from .tablefiles import check_table_columns, write_table_files  # loads pandas, pyarrow, numpy only where it is used
 
     out = Path(out)
     check_output(out, inputs=[spec.source, spec.data, spec.domain], folder=True)

@@ -271,7 +271,7 @@ def parse_schema(spec: str, *, all_numeric: bool = False) -> Schema:
             raise InputError("schema", spec, "n and d must be >= 1")
         schema = Schema(spec, tuple(Attribute(f"a{i}", n, "numeric") for i in range(d)))
     else:
-        from .documents import read_document
+        from .documents import read_document  # loads yaml only where it is used
 
         path = Path(spec)
         if not path.is_file():

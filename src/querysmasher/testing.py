@@ -181,11 +181,11 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
     """Measure ``draws`` times (seeded: a test, not a release): answers unbiased within 4 standard
     errors, empirical variances in a Bonferroni chi-square band around the predicted ones, and the
     empirical RMSE within 5% of the predicted. Returns the empirical RMSE."""
-    import pandas as pd
-    from scipy.stats import chi2
+    import pandas as pd  # loads pandas only where it is used
+    from scipy.stats import chi2  # loads scipy only where it is used
 
-    from .measure import measure
-    from .reconstruct import reconstruct
+    from .measure import measure  # loads h5py only where it is used
+    from .reconstruct import reconstruct  # loads pandas, h5py, pyarrow, numpy only where it is used
 
     schema = plan.schema
     rng = np.random.default_rng(seed)

@@ -86,10 +86,10 @@ def cap_process(n: int) -> None:
     _budget = check_threads(int(n))
     for var in ENV_VARS:
         os.environ[var] = str(_budget)
-    import sys
+    import sys  # import querysmasher.cli stays fast
 
     if "numpy" in sys.modules:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
 
         threadpool_limits(limits=_budget)  # applied now, for the rest of the process
 
@@ -98,7 +98,7 @@ def cap_process(n: int) -> None:
 def limited(n: int) -> Iterator[int]:
     """Run the body with a budget of ``n`` threads (BLAS pools capped at ``n``); restored after."""
     global _budget
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
 
     n = check_threads(n)
     previous = _budget
@@ -117,7 +117,7 @@ def at_most(n: int | None = None):
     more than they save there (1.3 ms with one thread vs 4.7 ms with two for three mode products on
     64,000 cells, measured idle; far worse when other processes share the cores).
     """
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
 
     return threadpool_limits(limits=budget() if n is None else max(1, min(n, budget())), user_api="blas")
 
@@ -131,7 +131,7 @@ def _run_task(item):
 
 def _worker_start() -> None:
     global _budget
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
 
     _budget = 1
     threadpool_limits(limits=1)
@@ -148,12 +148,12 @@ def parallel_map(fn: Callable, items: Iterable, *, min_items: int = 2) -> Iterat
     global _parallel_task
     items = list(items)
     workers = min(budget(), len(items))
-    import multiprocessing as mp
+    import multiprocessing as mp  # import querysmasher.cli stays fast
 
     if workers < 2 or len(items) < min_items or "fork" not in mp.get_all_start_methods() or mp.parent_process() is not None:
         yield from map(fn, items)
         return
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor  # import querysmasher.cli stays fast
 
     _parallel_task = fn
     try:

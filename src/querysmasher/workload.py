@@ -98,7 +98,7 @@ def load_custom(path: str) -> CustomQueries:
                 _check_npz_sizes(z, path)
                 attrs, q = tuple(str(a) for a in z["attributes"]), np.asarray(z["queries"], dtype=float)
         else:
-            from .documents import parse_json, read_text
+            from .documents import parse_json, read_text  # optional
 
             text = read_text(p, "custom workload file", max_bytes=MAX_CUSTOM_BYTES)
             d = parse_json(text, f"custom workload file {path}")
@@ -278,7 +278,7 @@ def check_weight(value, fail: _Fail) -> float:
         ...
     ValueError: weight '5e-324' must be a positive number in [1e-100, 1e+100]
     """
-    from .documents import NUMBER_PATTERN
+    from .documents import NUMBER_PATTERN  # loads yaml only where it is used
 
     if isinstance(value, str):
         if not NUMBER_PATTERN.match(value.strip()):
@@ -385,7 +385,7 @@ def _file_term(entry: object, where: str, base: Path) -> str:
 
 
 def _file_entries(path: str) -> list:
-    from .documents import read_document
+    from .documents import read_document  # loads yaml only where it is used
 
     data = read_document(path, "workload file")
     if isinstance(data, dict) and set(data) <= {"terms", "description"}:

@@ -30,7 +30,7 @@ def __getattr__(name: str):
     # the measure and reconstruct side (.gls) loads on first use: importing the planner never loads
     # it, so the workflow's fingerprints do not tie a plan to the release code
     if name in _RELEASE_MATH:
-        from . import gls
+        from . import gls  # loaded on first use: importing the package never loads it (the workflow's fingerprints)
 
         return getattr(gls, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

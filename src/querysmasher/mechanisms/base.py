@@ -156,7 +156,7 @@ class ViewMechanism:
         each checked (:mod:`querysmasher.h5read`) for its shape from ``sizes`` before it is read and
         for finite float entries; a kind that says no more (a plugin's) gets m0, m1, ... checked
         for finite floats, and its class checks their shapes."""
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         return tuple(r.array(g, f"m{i}", kind="f") for i in range(cls.arrays(sizes)))
 

@@ -20,7 +20,7 @@ class DenseMechanism(ViewMechanism):
 
     @classmethod
     def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         cells = math.prod(sizes)
         return (r.array(g, "m0", kind="f", shape=(cells, cells)),)

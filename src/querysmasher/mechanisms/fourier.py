@@ -20,7 +20,7 @@ class FourierMechanism(ViewMechanism):
 
     @classmethod
     def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         return (r.array(g, "m0", kind="f", shape=tuple(sizes), lo=0.0),)
 

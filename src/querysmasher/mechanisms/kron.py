@@ -26,7 +26,7 @@ class KronMechanism(ViewMechanism):
 
     @classmethod
     def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         return tuple(r.array(g, f"m{i}", kind="f", shape=(n, n)) for i, n in enumerate(sizes))
 

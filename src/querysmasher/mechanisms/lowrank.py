@@ -26,14 +26,14 @@ class LowRankMechanism(ViewMechanism):
 
     @classmethod
     def stored_arrays(cls, g, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         s = r.array(g, "m1", kind="f", ndim=1, lo=0.0)
         return r.array(g, "m0", kind="f", shape=(math.prod(sizes), len(s))), s
 
     @classmethod
     def stored_rotation(cls, g, mats: tuple[np.ndarray, ...]) -> np.ndarray | None:
-        from .. import h5read as r
+        from .. import h5read as r  # loads h5py only where it is used
 
         rank = mats[1].shape[0]
         return r.array(g, "rotation", kind="f", shape=(rank, rank)) if r.has(g, "rotation") else None

@@ -40,9 +40,9 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
     """Store one unit-trace subproblem Gram (its terms and the matrices they reference), only if
     ``path`` does not exist. Returns True when written (False: present). Same key = same content,
     so an existing file is left untouched (its mtime too), even when two jobs race."""
-    import numpy as np
+    import numpy as np  # loads numpy only where it is used
 
-    from ..io import atomic_h5, new_group, put, put_json
+    from ..io import atomic_h5, new_group, put, put_json  # loads h5py, numpy only where it is used
 
     path = Path(path)
     if path.exists():
@@ -70,9 +70,9 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
 def read_subproblem(path: str | Path):
     """(key, SubworkloadGram, MatrixStore) from a subproblem file. The Gram's ``attrs`` are
     positions 0..k-1 (a subproblem is shared by views on different attributes)."""
-    from ..decompose import GramTerm, SubworkloadGram, rebuild_matrix, recipe_cells
-    from ..io import get_json, open_h5
-    from ..linalg import MatrixStore
+    from ..decompose import GramTerm, SubworkloadGram, rebuild_matrix, recipe_cells  # loads numpy only where it is used
+    from ..io import get_json, open_h5  # loads h5py, numpy only where it is used
+    from ..linalg import MatrixStore  # loads numpy only where it is used
 
     with open_h5(path, "subproblem") as f:
         key = str(f.attrs["key"])
@@ -102,7 +102,7 @@ def read_subproblem(path: str | Path):
 
 def write_batch(bid: str, members: list[str], path: str | Path) -> None:
     """The member keys of a batch, only if ``path`` does not exist (same id = same members)."""
-    from ..atomic import atomic_path
+    from ..atomic import atomic_path  # in the body: the stage function's fingerprint follows it
 
     path = Path(path)
     if path.exists():
@@ -113,8 +113,8 @@ def write_batch(bid: str, members: list[str], path: str | Path) -> None:
 
 def write_solutions(path: str | Path, method: str, options: dict | None, results) -> None:
     """A solve file (kind ``solve``): one group per key from (key, ViewSolution, seconds) triples."""
-    from ..io import atomic_h5, new_group
-    from ..planfile import write_solution
+    from ..io import atomic_h5, new_group  # loads h5py, numpy only where it is used
+    from ..planfile import write_solution  # loads numpy only where it is used
 
     with atomic_h5(path, kind="solve") as f:
         f.attrs["method"] = method
@@ -143,7 +143,7 @@ class StoredSolutions(Mapping):
     ``seconds``: each key's solve time, from the files."""
 
     def __init__(self, paths=(), *, keep: int = STORED_SOLUTIONS_HELD):
-        from ..io import open_h5
+        from ..io import open_h5  # loads h5py, numpy only where it is used
 
         self._where: dict[str, str] = {}
         self.seconds: dict[str, float] = {}
@@ -162,8 +162,8 @@ class StoredSolutions(Mapping):
         if key in self._held:
             self._held.move_to_end(key)
             return self._held[key]
-        from ..io import open_h5
-        from ..planfile import read_solution
+        from ..io import open_h5  # loads h5py, numpy only where it is used
+        from ..planfile import read_solution  # loads numpy only where it is used
 
         with open_h5(self._where[key], "solve") as f:
             sol = read_solution(f["solutions"][key])
@@ -205,7 +205,7 @@ class StoredSolutions(Mapping):
 
 def subproblem_bytes(gram, store) -> float:
     """Bytes of the matrices a subproblem file holds (what a solve job reads before solving)."""
-    from ..linalg import stored_shape
+    from ..linalg import stored_shape  # loads numpy only where it is used
 
     return float(sum(8 * math.prod(stored_shape(store, k)) for k in {k for t in gram.terms for k in t.factors}))
 
@@ -225,8 +225,8 @@ def estimate_cost(gram, store, method: str, options: dict | None = None, *, solv
     >>> c["path"], c["mem_mb"] < 1000
     ('factored', True)
     """
-    from ..methods import get_method
-    from ..solvers.base import estimate_solve
+    from ..methods import get_method  # loads numpy only where it is used
+    from ..solvers.base import estimate_solve  # loads numpy only where it is used
 
     if solver is None:
         solver = get_method(method).build(**(options or {}))
@@ -288,7 +288,7 @@ def estimate_decompose_mem_mb(workload, *, lazy: bool | None = None) -> int:
     >>> estimate_decompose_mem_mb(w, lazy=True) < 2 * 3 * 7500 * 2500 * 8 / 2**20  # about one view's query matrices
     True
     """
-    from ..decompose import LAZY_AUTO_BYTES, LAZY_MIN_BYTES
+    from ..decompose import LAZY_AUTO_BYTES, LAZY_MIN_BYTES  # loads numpy only where it is used
 
     views = list(distinct_nonproduct_views(workload))
     if lazy is None:  # as decompose decides
@@ -307,9 +307,9 @@ def decompose_mem_mb(experiment) -> int:
     """``mem_mb`` of one experiment's decompose job (a :class:`~.config.Experiment`): its workload
     parsed from the config, as the workload rule parses it (so a dry run gets the same figure),
     through :func:`estimate_decompose_mem_mb`; a whole-workload method's decomposition is empty."""
-    from ..methods import get_method
-    from ..schema import parse_schema
-    from ..workload import parse_workload
+    from ..methods import get_method  # loads numpy only where it is used
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
+    from ..workload import parse_workload  # loads numpy only where it is used
 
     if get_method(experiment.method).whole_workload:
         return BASE_MEM_MB
@@ -333,7 +333,7 @@ def runtime_minutes(seconds: float) -> int:
 
 
 def batch_id(keys) -> str:
-    from ..linalg import content_hash
+    from ..linalg import content_hash  # loads numpy only where it is used
 
     return content_hash(*sorted(keys))
 

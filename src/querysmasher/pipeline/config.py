@@ -71,7 +71,7 @@ def read_workflow_config(workflow_files, cli_files, cli_config: dict | None, rep
     (:func:`querysmasher.documents.read_document`: duplicate keys, aliases and deep nesting refused,
     scalars by YAML 1.2), never by Snakemake's YAML 1.1 loader, which keeps the last of two
     ``budget:`` keys and reads ``1:30`` as 90. An InputError naming the file otherwise."""
-    from ..documents import read_document
+    from ..documents import read_document  # loads yaml only where it is used
 
     config: dict = {}
     files = [*([] if replace_workflow_config else workflow_files), *cli_files]
@@ -122,9 +122,9 @@ def check_config(config: dict) -> dict[str, Experiment]:
     """The checks JSON Schema cannot express, before any job runs: every schema and workload
     parses (the library's InputError text), every method has a solver, every budget is valid,
     every data set used by a release has a readable source. Returns :func:`expand_grid`."""
-    from ..schema import parse_schema
-    from ..methods import get_method
-    from ..workload import parse_workload
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
+    from ..methods import get_method  # loads numpy only where it is used
+    from ..workload import parse_workload  # loads numpy only where it is used
 
     experiments = expand_grid(config)
     for name, opts in ((config.get("solve") or {}).get("options") or {}).items():
@@ -164,8 +164,8 @@ def check_config(config: dict) -> dict[str, Experiment]:
 
 
 def _parsed(e: Experiment, cache: dict):
-    from ..schema import parse_schema
-    from ..workload import parse_workload
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
+    from ..workload import parse_workload  # loads numpy only where it is used
 
     key = (e.schema_spec, e.all_numeric, e.workload)
     if key not in cache:
@@ -186,7 +186,7 @@ def set_aside_unsupported(experiments: dict, policy: str = "error") -> tuple[dic
     >>> sorted(ok), [s["reason"] for s in skipped.values()]
     (['synthetic-n4-d3__affine-2__qs__beta1__seed0'], ['hdmm does not support non-product families (affine, abs, random, custom): affine:2'])
     """
-    from ..methods import get_method
+    from ..methods import get_method  # loads numpy only where it is used
 
     cache: dict = {}
     ok, skipped = {}, {}
@@ -206,7 +206,7 @@ def set_aside_unsupported(experiments: dict, policy: str = "error") -> tuple[dic
 def releasable_experiments(experiments: dict) -> dict[str, bool]:
     """Name -> whether the experiment's plans can be measured on its schema (HDMM: the full data
     vector must fit; :meth:`querysmasher.methods.Method.measurable`)."""
-    from ..methods import get_method
+    from ..methods import get_method  # loads numpy only where it is used
 
     cache: dict = {}
     return {name: get_method(e.method).measurable(_parsed(e, cache)[0]) for name, e in experiments.items()}
@@ -216,8 +216,8 @@ def format_validation_error(config: dict, schema_path: str | Path) -> str:
     """One line per problem, naming the config key and the reason, from the JSON schema at
     ``schema_path`` (Snakemake's own validation message is a multi-line dump). Unknown keys are
     listed with the allowed ones."""
-    import jsonschema
-    import yaml
+    import jsonschema  # loads jsonschema only where it is used
+    import yaml  # loads yaml only where it is used
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     validator = jsonschema.Draft202012Validator(schema)

@@ -16,9 +16,9 @@ def synthetic_records(schema, records: int, seed: int):
     """Seeded synthetic records over a schema: a mixture of 4 latent classes; per class, numeric
     attributes follow a discretised normal and categorical ones a Dirichlet(0.5) draw, so the
     attributes are correlated. Deterministic in (schema, records, seed)."""
-    import numpy as np
+    import numpy as np  # loads numpy only where it is used
 
-    from ..data import Records
+    from ..data import Records  # loads numpy only where it is used
 
     rng = np.random.default_rng([int(seed), int(records), len(schema)])
     classes = 4
@@ -65,7 +65,7 @@ def data_inputs(data: dict) -> list[str]:
 
 def load_dataset(source: dict, schema):
     """Records from a :func:`resolve_data_source` result (CSV validated against the schema, or synthetic)."""
-    from ..data import load_records
+    from ..data import load_records  # loads numpy only where it is used
 
     if source["kind"] == "csv":
         return load_records(source["path"], schema, domain_file=source.get("domain"), on_invalid=source.get("on_invalid", "error"))

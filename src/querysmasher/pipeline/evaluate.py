@@ -37,9 +37,9 @@ def read_benchmark(path: str | Path) -> dict | None:
 def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float, int]:
     """Weighted squared error, weight, squared standardised error and its count over ``views``
     (indices of the workload's views), one view at a time: bounded memory."""
-    from ..data import marginal
-    from ..decompose import view_answers
-    from ..reconstruct import released_answers
+    from ..data import marginal  # in the body: the stage function's fingerprint follows it
+    from ..decompose import view_answers  # in the body: the stage function's fingerprint follows it
+    from ..reconstruct import released_answers  # loads pandas, h5py, pyarrow, numpy only where it is used
 
     sq = wsum = zsum = 0.0
     zn = 0
@@ -63,7 +63,7 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
     whose answers carry variances), phase times and peak memory (Snakemake benchmark files; the
     solve phase sums every solve file the experiment uses, shared ones included). Plans of every
     kind (:mod:`querysmasher.planfiles`)."""
-    from ..planfiles import load_any_plan, read_plan_summary
+    from ..planfiles import load_any_plan, read_plan_summary  # loads h5py only where it is used
 
     s = read_plan_summary(plan_path)  # the summary stored at planning: nothing re-derived here
     m = dict(experiment or {})
@@ -75,7 +75,7 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
         "notes": s.get("notes", []),
     })
     if answers_path:
-        from ..threads import budget, parallel_map
+        from ..threads import budget, parallel_map  # in the body: the stage function's fingerprint follows it
 
         plan = load_any_plan(plan_path)
         records = load_dataset(source, plan.schema)

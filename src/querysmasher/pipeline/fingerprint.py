@@ -96,8 +96,8 @@ def _operations_named(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
 def _kind_modules(method: str, files: dict[str, Path]) -> set[str]:
     """The modules of the method's plan kind that code reaching the plan-kind table runs: the record
     type (``kind_of`` checks it) and the operations that code names; none if it does not reach it."""
-    from ..methods import get_method
-    from ..plankinds import plan_kind
+    from ..methods import get_method  # loads numpy only where it is used
+    from ..plankinds import plan_kind  # in the body: the stage function's fingerprint follows it
 
     if PLANKINDS not in files:
         return set()
@@ -174,13 +174,13 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
 
     ``root`` points at another copy of the package (tests); pipeline function sources are read from
     the imported package, the method and plan-kind tables too."""
-    from .. import __version__
+    from .. import __version__  # in the body: the stage function's fingerprint follows it
 
     modules, functions = STAGES[stage]
     sources, libraries = _function_closure(functions)
     modules, leaves, plugin = set(modules) | libraries, (), b""
     if method:
-        from ..methods import get_method
+        from ..methods import get_method  # loads numpy only where it is used
 
         m = get_method(method)
         if stage in METHOD_STAGES and not (stage == "decompose" and m.whole_workload):

@@ -98,7 +98,7 @@ def slugify(text: str, max_len: int = 80) -> str:
     >>> slugify("random[seed=3]:1,2"), slugify("prefix:1+affine:2")
     ('randomseed3-1-2', 'prefix-1_affine-2')
     """
-    from ..linalg import content_hash
+    from ..linalg import content_hash  # loads numpy only where it is used
 
     s = "".join(_SLUG_MAP.get(c, c) for c in str(text))
     s = re.sub(r"[^A-Za-z0-9._-]", "-", s)
@@ -164,7 +164,7 @@ def split_solve_path(path: str | Path) -> tuple[str, str]:
 
 def workload_id(workload) -> str:
     """Content hash of a workload (schema, spec, custom queries): the context of ``prepare``."""
-    from ..linalg import content_hash
+    from ..linalg import content_hash  # loads numpy only where it is used
 
     parts = [json.dumps(workload.schema.to_dict(), sort_keys=True), workload.spec]
     for p, cq in sorted(workload.custom.items()):
@@ -179,7 +179,7 @@ def solver_namespace(method: str, options: dict | None = None, context: str = ""
     >>> solver_namespace("qs"), solver_namespace("qs", {"target_gap": 1e-3})
     ('qs', 'qs-o3b61a7b5')
     """
-    from ..linalg import content_hash
+    from ..linalg import content_hash  # loads numpy only where it is used
 
     ns = method
     if options:

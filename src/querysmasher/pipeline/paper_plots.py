@@ -26,7 +26,7 @@ def _save(fig, path: Path) -> None:
 
 
 def _rmse_panels(df, panel: str, x: str, title: str, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loads matplotlib only where it is used
 
     panels = list(dict.fromkeys(df[panel])) or [""]
     cols = min(4, len(panels))
@@ -55,7 +55,7 @@ def _rmse_panels(df, panel: str, x: str, title: str, path: Path) -> None:
 
 
 def _loglog(df, ours: str, paper: str, ylabel: str, title: str, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loads matplotlib only where it is used
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for n in sorted(set(df["n"])):
@@ -75,10 +75,10 @@ def _loglog(df, ours: str, paper: str, ylabel: str, title: str, path: Path) -> N
 
 def plot_table(table: int, df, paths: dict[str, str | Path]) -> None:
     """Write the figures ``FIGURES[table]`` to ``paths[name]`` (an empty table gives empty axes)."""
-    import matplotlib
+    import matplotlib  # loads matplotlib only where it is used
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loads matplotlib only where it is used
 
     try:
         if table == 4:

@@ -68,8 +68,8 @@ def not_measurable(method: str, schema_spec: str) -> bool:
     HDMM above its full-data-vector limit."""
     if method != "hdmm":
         return False
-    from ..hdmm.plan import MAX_DOMAIN_CELLS
-    from ..schema import parse_schema
+    from ..hdmm.plan import MAX_DOMAIN_CELLS  # loads scipy, numpy only where it is used
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
 
     return parse_schema(schema_spec).domain_cells() > MAX_DOMAIN_CELLS
 
@@ -146,7 +146,7 @@ def _timing_rows(table: int, metrics: list[dict], figs: PaperFigures) -> list[di
 
 def paper_table(table: int, metrics: list[dict], unsupported: list[dict], labels: dict, figs: PaperFigures | None = None):
     """The long table (a pandas DataFrame) of one of the paper's tables; see the module docstring."""
-    import pandas as pd
+    import pandas as pd  # loads pandas only where it is used
 
     figs = figs if figs is not None else load_paper_figures()
     if table in RMSE_TABLES:

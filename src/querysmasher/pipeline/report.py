@@ -21,7 +21,7 @@ def aggregate(metrics_paths, tables_dir, figures_dir) -> dict:
     (predicted/empirical RMSE by schema, workload and budget x method, mean over seeds),
     ``resources.csv`` (time and peak memory against residual views); ``rmse.png``,
     ``time_vs_views.png``, ``memory_vs_views.png`` (matplotlib, Agg backend)."""
-    import pandas as pd
+    import pandas as pd  # loads pandas only where it is used
 
     rows = []
     for p in metrics_paths:
@@ -49,10 +49,10 @@ def aggregate(metrics_paths, tables_dir, figures_dir) -> dict:
 def _figures(df, figures_dir: Path) -> None:
     """``rmse.png`` (bars: predicted RMSE per method; crosses: empirical), ``time_vs_views.png`` and
     ``memory_vs_views.png`` (scatter against residual views)."""
-    import matplotlib
+    import matplotlib  # loads matplotlib only where it is used
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loads matplotlib only where it is used
 
     figures_dir.mkdir(parents=True, exist_ok=True)
     methods = sorted(df["method"].unique())

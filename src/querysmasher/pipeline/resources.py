@@ -89,8 +89,8 @@ def _workload(experiment):
 @lru_cache(maxsize=4096)
 def _parsed_workload(schema_spec: str, all_numeric: bool, workload: str):
     # parsed once per process: Snakemake asks a rule's threads and resources many times
-    from ..schema import parse_schema
-    from ..workload import parse_workload
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
+    from ..workload import parse_workload  # loads numpy only where it is used
 
     return parse_workload(workload, parse_schema(schema_spec, all_numeric=all_numeric))
 
@@ -147,7 +147,7 @@ def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measu
     (4, 1)
     """
     if stage == "allocate":
-        from ..methods import get_method
+        from ..methods import get_method  # loads numpy only where it is used
 
         if get_method(experiment.method).whole_workload or experiment.objective != "sum" or not max_variance:
             return 1
@@ -169,7 +169,7 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
     :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
     (the solutions the plan holds), whether the experiment is measured (released) and whether its
     allocate reports the largest query variance (:func:`stage_threads`)."""
-    from ..methods import get_method
+    from ..methods import get_method  # loads numpy only where it is used
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
@@ -232,8 +232,8 @@ def release_resources(spec) -> dict:
     """``{"mem_mb", "runtime"}`` of a ``release`` job (a :class:`querysmasher.release.ReleaseSpec`):
     it plans the spec's tables (their decomposition), reads the custodian's CSV file and streams the
     views as measure and reconstruct do."""
-    from ..release import release_workload
-    from ..schema import parse_schema
+    from ..release import release_workload  # loads yaml, numpy only where it is used
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
 
     w = release_workload(spec.tables, parse_schema(spec.domain))
     records, file_mb, _ = records_shape({"csv": spec.data})

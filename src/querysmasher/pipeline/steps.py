@@ -50,7 +50,7 @@ def logged(path: str | Path | None):
     if not path:
         yield
         return
-    from .. import logs
+    from .. import logs  # in the body: the stage function's fingerprint follows it
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh), warnings.catch_warnings():
@@ -195,7 +195,7 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
 def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget):
     """The residual plan of per-view solutions computed by solve jobs: the budget allocated over the
     residual views of ``decomposition.json`` with the solutions of the solve files."""
-    from ..planners.residual import assemble_plan
+    from ..planners.residual import assemble_plan  # in the body: the stage function's fingerprint follows it
 
     dj = json.loads(Path(decomposition_path).read_text())
     sizes = w.schema.sizes
@@ -232,7 +232,7 @@ def allocate_to_files(
     objective (which re-solves the views under its own query weights) plan here, through
     :func:`querysmasher.planning.make_plan`. ``max_variance=False`` (with ``mechanisms=False``)
     leaves the largest query variance out of a residual plan's summary (:meth:`querysmasher.plan.Plan.summary`)."""
-    from ..planfiles import save_any_plan, save_plan_summary
+    from ..planfiles import save_any_plan, save_plan_summary  # in the body: the stage function's fingerprint follows it
 
     w = read_workload_file(workload_path)
     b = parse_budget(budget, delta, neighbours)
@@ -261,9 +261,9 @@ def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
     """The release of an experiment: the plan's mechanisms on the records with a fixed noise seed
     (experiments are explicitly seeded runs; the measurements file is marked ``seeded``), with the
     privacy re-check before any record is read, as the command line does."""
-    from ..measure import check_plan, measure_plan_to_file, plan_digest
-    from ..noise import make_noise
-    from ..planfiles import load_any_plan
+    from ..measure import check_plan, measure_plan_to_file, plan_digest  # in the body: the stage function's fingerprint follows it
+    from ..noise import make_noise  # in the body: the stage function's fingerprint follows it
+    from ..planfiles import load_any_plan  # in the body: the stage function's fingerprint follows it
 
     plan = load_any_plan(plan_path)
     check_plan(plan)  # the privacy cost of what will be applied, before any record is read
@@ -279,9 +279,9 @@ def reconstruct_to_file(plan_path, measurements_path, out_path, *, csv_dir: str 
     """Answers (and variances) of every workload query, plus CSV tables when ``csv_dir`` is given
     (an empty folder for plans without per-view tables), with the measurements checked against the
     plan, as the command line does."""
-    from ..measure import plan_digest
-    from ..planfiles import load_any_plan
-    from ..reconstruct import has_per_view_tables, reconstruct_plan_to_file
+    from ..measure import plan_digest  # in the body: the stage function's fingerprint follows it
+    from ..planfiles import load_any_plan  # in the body: the stage function's fingerprint follows it
+    from ..reconstruct import has_per_view_tables, reconstruct_plan_to_file  # loads pandas, pyarrow, numpy only where it is used
 
     plan = load_any_plan(plan_path)
     if csv_dir and not has_per_view_tables(plan):

@@ -59,7 +59,7 @@ def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float, *, polish_tol: f
     weighted-sum allocation s_v = gamma sqrt(c_v / (lambda^T A)_v): every step gives an exact lower
     bound (the dual value) and an exact upper bound (max_q (A s(lambda))_q), and the best pair is kept.
     """
-    import cvxpy as cp
+    import cvxpy as cp  # loads cvxpy only where it is used
 
     used = np.flatnonzero(a.max(axis=0) > 0)
     au, cu = a[:, used], costs[used]
@@ -231,7 +231,7 @@ def plan_max(
 
 def _best_mixture(values: list[np.ndarray]) -> tuple[list[tuple[int, float]], float]:
     """min_alpha max_q sum_t alpha_t V_t[q] over the simplex (a linear program): ((t, alpha_t), value)."""
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # loads scipy only where it is used
 
     v = np.array(values)  # iterates x rows
     if len(values) == 1:
