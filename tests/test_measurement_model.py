@@ -99,3 +99,37 @@ def test_an_understated_cost_or_mixed_noise_is_refused_before_records(monkeypatc
             check_plan(plan)
         with pytest.raises(InputError, match=needle):  # measuring re-checks on what it applies
             next(measure_iter(plan, object(), np.random.default_rng(0)))
+
+
+def test_an_hdmm_strategy_that_misses_its_views_is_refused_before_records():
+    """A valid strategy record (unit diagonal, privacy cost 1) of rank 1 on the first attribute
+    cannot answer a marginal on it: the kind's check refuses it (before, only the noise scales were
+    checked and the answers were silently biased)."""
+    import dataclasses
+
+    from querysmasher.hdmm.implicit import KronStrategy
+
+    plan = qs.make_plan(SCHEMA, "marginal:1", method="hdmm")
+    check_plan(plan)
+    g = plan.groups[0]
+    blind = KronStrategy.single((np.ones((3, 3)), np.eye(3), np.eye(3)))
+    edited = dataclasses.replace(plan, groups=(dataclasses.replace(g, strategy=blind),) + tuple(plan.groups[1:]))
+    with pytest.raises(InputError, match="does not reach its views' queries"):
+        check_plan(edited)
+
+
+def test_a_full_domain_mechanism_that_misses_the_workload_is_refused_before_records():
+    """An mm plan whose one mechanism is replaced by a rank-deficient one (the total only, cost
+    1): refused by the residual kind's check, where full-domain plans were left unchecked."""
+    import dataclasses
+
+    from querysmasher.mechanisms import ViewMechanism
+
+    plan = qs.make_plan(SCHEMA, "marginal:1", method="mm")
+    check_plan(plan)
+    key = plan.keys[0]
+    total = ViewMechanism("dense", (3, 3, 3), (np.ones((27, 27)),))
+    sol = dataclasses.replace(plan.solutions[key], mechanism=total)
+    edited = dataclasses.replace(plan, solutions={**plan.solutions, key: sol})
+    with pytest.raises(InputError, match="does not reach the workload's queries"):
+        check_plan(edited)

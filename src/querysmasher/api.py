@@ -47,7 +47,7 @@ from .threads import limited
 import numpy as np
 from .accounting import make_budget
 from .planning import make_plan as plan_workload
-from .data import load_records, Records, validate_records, warn_dropped
+from . import data as record_data  # its functions looked up when called (tests check that none reads records)
 from .noise import make_noise
 
 __all__ = ["make_plan", "measure", "reconstruct", "Measurable", "Release", "Answers",
@@ -168,13 +168,13 @@ def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float 
 
 
 def _records(plan, data, *, domain=None, on_invalid: str = "error"):
-    if isinstance(data, Records):
+    if isinstance(data, record_data.Records):
         return data
     if isinstance(data, (str, os.PathLike)):
-        return load_records(data, plan.schema, domain_file=domain, on_invalid=on_invalid)
+        return record_data.load_records(data, plan.schema, domain_file=domain, on_invalid=on_invalid)
     if domain is not None:
         raise InputError("domain", domain, "applies to data files only; encode a DataFrame's values first")
-    return validate_records(data, plan.schema, on_invalid=on_invalid)
+    return record_data.validate_records(data, plan.schema, on_invalid=on_invalid)
 
 
 def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error",
@@ -193,7 +193,7 @@ def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, 
     check_plan(plan)  # privacy cost, noise scales, estimability: before the records are read
     noise = make_noise(seed, sampler)
     records = _records(plan, data, domain=domain, on_invalid=on_invalid)
-    warn_dropped(records)
+    record_data.warn_dropped(records)
     if noise.seeded:
         log.warning("fixed noise seed: this release is for experiments only")
     with limited(threads):
@@ -214,7 +214,7 @@ class Answers:
     """
 
     def __init__(self, plan, measurements, *, threads: int = 1):
-        from .reconstruct import reconstruct as estimates, variances_of  # loads pandas, h5py, pyarrow, numpy only where it is used
+        from .reconstruct import reconstruct as estimates, variances_of  # loads h5py, numpy only where it is used
 
         self.plan = plan
         self.measurements = measurements
@@ -275,7 +275,7 @@ class Answers:
 
     def save(self, path) -> dict:
         """Write the answers file (see ``querysmasher reconstruct``); returns its summary."""
-        from .reconstruct import save_answers  # loads pandas, h5py, pyarrow, numpy only where it is used
+        from .reconstruct import save_answers  # loads h5py, numpy only where it is used
 
         with limited(self.threads):
             return save_answers(path, self.reconstruction, self.variances)

@@ -225,7 +225,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
     from .h5read import probe  # loads h5py, numpy: import querysmasher.cli stays fast
     from .measure import plan_digest  # loads h5py, numpy: import querysmasher.cli stays fast
     from .planfiles import load_any_plan  # loads h5py, numpy: import querysmasher.cli stays fast
-    from .reconstruct import reconstruct_plan_to_file  # loads pandas, h5py, pyarrow, numpy: import querysmasher.cli stays fast
+    from .reconstruct import reconstruct_plan_to_file  # loads h5py, numpy: import querysmasher.cli stays fast
 
     if args.max_answers is not None and args.max_answers < 0:
         raise InputError("--max-answers", args.max_answers, "must be >= 0")

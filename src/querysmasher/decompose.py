@@ -35,7 +35,7 @@ from .workload import Workload, WorkloadView
 import time
 
 __all__ = [
-    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "view_answers", "subquery_matrix",
+    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "view_answers", "lifted_queries", "subquery_matrix",
     "term_gram", "term_factor", "is_factor", "rebuild_matrix", "recipe_cells", "random_gram_bytes",
 ]
 
@@ -189,6 +189,21 @@ def view_answers(workload: Workload, v: WorkloadView, table: np.ndarray) -> np.n
         sizes = tuple(workload.schema.sizes[a] for a in v.attrs)
         return kron_apply([query_matrix_1d(f, n) for f, n in zip(v.factors, sizes)], table, sizes)
     return view_query_matrix(workload, v) @ table
+
+
+def lifted_queries(workload: Workload, v: WorkloadView, z: np.ndarray) -> np.ndarray:
+    """(Q_v M_v)^T z over the full domain (cells row-major): view ``v``'s queries weighted by ``z``
+    (one weight per query), through the marginalisation onto its attributes; the probe of a
+    full-domain mechanism's reach (full-domain plans and HDMM's strategies)."""
+    sizes = workload.schema.sizes
+    view_sizes = tuple(sizes[a] for a in v.attrs)
+    if v.factors:
+        mats = [query_matrix_1d(f, n).T for f, n in zip(v.factors, view_sizes)]
+        t = kron_apply(mats, z, tuple(m.shape[1] for m in mats))
+    else:
+        t = view_query_matrix(workload, v).T @ z
+    shape = [sizes[a] if a in v.attrs else 1 for a in range(len(sizes))]
+    return np.broadcast_to(t.reshape(shape), sizes).ravel()
 
 
 def query_gram(q: np.ndarray) -> np.ndarray:

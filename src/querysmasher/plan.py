@@ -27,7 +27,7 @@ from .allocation import Allocation, PredictedError, relative_gap, rmse
 from .schema import Schema
 from .solvers import ViewSolution
 from .workload import Workload
-from .maxvar import max_variance_of
+from . import maxvar
 from .svd_bound import svd_bound
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Plan(PredictedError):
     def max_variance(self) -> tuple[float, int, int]:
         """(largest weighted query variance, workload view index, query index within the view)."""
         t0 = time.perf_counter()
-        out = max_variance_of(self)
+        out = maxvar.max_variance_of(self)
         self.phase_seconds["max_variance"] = time.perf_counter() - t0
         return out
 

@@ -29,7 +29,6 @@ from .logs import progress
 from .measure import load_measurements, measure
 from .measurement import Measurements
 from .plankinds import kind_of
-from .tablefiles import check_table_columns, write_table_files
 from .threads import at_most
 from .variances import query_variances, view_variances
 
@@ -119,6 +118,8 @@ def table_data(est, variances=None):
 def write_csv_tables(folder: str | Path, est, variances=None) -> list[Path]:
     """Per-cell CSV tables with standard errors, only for views whose cells are estimable, and an
     index ``tables.json`` (:mod:`querysmasher.tablefiles`). Returns the per-cell files written."""
+    from .tablefiles import write_table_files  # loads pandas only where tables are written
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tables, _, total = table_data(est, variances)
@@ -142,6 +143,8 @@ def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_d
     if csv_dir and not has_per_view_tables(plan):
         raise InputError("--csv", str(csv_dir), f"{plan.method} answers have no per-view tables to write as CSV")
     if csv_dir:
+        from .tablefiles import check_table_columns  # loads pandas only where tables are written
+
         check_table_columns(plan.schema)
     limit = DEFAULT_MAX_ANSWERS if max_answers is None else int(max_answers)
     # overflow from measurements near the float limit is refused in one line (errors.require_finite)

@@ -40,7 +40,7 @@ from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
 from .schema import check_attribute_sizes, parse_schema, Schema
 from .workload import Workload, check_weight, format_weight, parse_workload
 from .plankinds import kind_of, plan_kind
-from .data import load_records, warn_dropped
+from . import data as record_data  # its functions looked up when called (tests check that none reads records)
 from .planning import make_plan
 from .noise import make_noise
 
@@ -188,7 +188,7 @@ def release_workload(tables, schema: Schema) -> Workload:
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
     from .measure import check_plan  # loads h5py only where it is used
-    from .reconstruct import release_tables  # loads pandas, h5py, pyarrow, numpy only where it is used
+    from .reconstruct import release_tables  # loads h5py, numpy only where it is used
     from .tablefiles import check_table_columns, write_table_files  # loads pandas, pyarrow, numpy only where it is used
 
     out = Path(out)
@@ -206,8 +206,8 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     noise = make_noise(None, "opendp")
     # the lock is taken before any record is read: a second release into the same folder fails now
     with atomic_folder(out) as tmp:
-        records = load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
-        warn_dropped(records)  # that rows were dropped, never how many
+        records = record_data.load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
+        record_data.warn_dropped(records)  # that rows were dropped, never how many
         tables, view_answers, total = release_tables(plan, records, noise)
         del records
         index = write_table_files(tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decompose import decompose, view_answers
+from .decompose import decompose, lifted_queries, view_answers
 from .errors import InputError
 from .fulldomain import is_full_domain_plan, marginal_estimable, marginalise
 from .measurement import LinearMeasurement, Measurements
@@ -81,13 +81,19 @@ def check_estimable(plan: Plan) -> None:
     Tested on one random vector in the range of G per view: g = G r is compared with P g =
     X^(+1/2) X^(1/2) g, the projection through the operators measure and reconstruct apply (a part
     of G outside the range shows in g with probability one). The workload is decomposed again, as
-    the planner did (seconds at the paper's largest scale); full-domain plans are left to their
-    planner's own check."""
+    the planner did (seconds at the paper's largest scale). A full-domain plan (one mechanism over
+    every attribute) is probed the same way with one random combination w of every workload query,
+    lifted to the full domain (:func:`querysmasher.decompose.lifted_queries`)."""
+    rng = np.random.default_rng(0)  # a probe of the plan, not of the data
     if is_full_domain_plan(plan):
+        mech = plan.solutions[plan.keys[0]].mechanism
+        w = sum(lifted_queries(plan.workload, v, rng.standard_normal(plan.workload.view_count(v))) for v in plan.workload.views)
+        if not np.linalg.norm(w - mech.pinv_sqrt_apply(mech.sqrt_apply(w))) <= ESTIMABLE_RTOL * np.linalg.norm(w):
+            raise InputError("plan", plan.method, "its full-domain mechanism does not reach the workload's queries: measuring the plan would "
+                             "spend the budget on answers that cannot be given")
         return
     dec = decompose(plan.workload)
     index = {attrs: i for i, attrs in enumerate(plan.views)}
-    rng = np.random.default_rng(0)  # a probe of the plan, not of the data
     names = plan.schema.names
     for attrs, gram in dec.grams.items():
         if not gram.trace > 0:

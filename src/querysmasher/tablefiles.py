@@ -3,7 +3,7 @@
 :func:`write_table_files` takes what a reconstruction of any plan kind gives -- one (attrs, cell
 estimates or None, their variances or None, why omitted) per table, one (workload view, callable ->
 (answers, variances)) per workload view, the estimated total -- and writes (see
-:mod:`querysmasher.tables` for which cells are estimable):
+:mod:`querysmasher.reconstruct` for which tables are given):
 
 * ``<attrs>.csv``: per-cell ``estimate`` and ``std_error``; a table given as None gets no file, and
   ``tables.json`` says why;
@@ -93,7 +93,7 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
 
 def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: float | None, postprocessed: bool = False,
                       max_answers: int = 1_000_000) -> dict:
-    """The files of :func:`write_tables` for a plan of any kind: ``tables`` is one (attrs, cell
+    """The publishable files of a plan of any kind: ``tables`` is one (attrs, cell
     estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
     (workload view, callable -> (answers, variances)) per workload view in the workload's order
     (computed only for views that are written), ``total`` the estimated total the postprocessed

@@ -185,7 +185,7 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
     from scipy.stats import chi2  # loads scipy only where it is used
 
     from .measure import measure  # loads h5py only where it is used
-    from .reconstruct import reconstruct  # loads pandas, h5py, pyarrow, numpy only where it is used
+    from .reconstruct import reconstruct  # loads h5py, numpy only where it is used
 
     schema = plan.schema
     rng = np.random.default_rng(seed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..decompose import view_answers
+from ..decompose import lifted_queries, view_answers
 from ..errors import InputError
 from ..measurement import LinearMeasurement, Measurements
 from ..noise import as_noise, make_noise
@@ -39,10 +39,24 @@ def hdmm_measurements(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) 
             for k, (g, s) in enumerate(zip(plan.groups, scales))]
 
 
+ESTIMABLE_RTOL = 1e-8  # the part of a probe outside a strategy's range, relative to the probe
+
+
 def check_measurable(plan: HDMMPlan) -> None:
-    """Nothing beyond the domain limit (:func:`hdmm_measurements`): every group's estimate answers
-    its views."""
+    """Refuse (InputError), before any record is read, a plan whose domain exceeds the full data
+    vector's limit, or whose strategies do not determine their views' queries: for each group a
+    random combination of its views' queries w must be in the range of its strategy, which the
+    least-squares estimate relies on (|x̂(A w) - w| = |X^+ X w - w|, through the operators measure
+    and reconstruct apply; a part outside the range shows with probability one)."""
     check_domain(plan, MAX_DOMAIN_CELLS)
+    rng = np.random.default_rng(0)  # a probe of the plan, not of the data
+    for gi, g in enumerate(plan.groups):
+        w = sum(lifted_queries(plan.workload, plan.workload.views[j], rng.standard_normal(plan.workload.view_count(plan.workload.views[j])))
+                for j in g.views)
+        outside = np.linalg.norm(g.strategy.estimate(g.strategy.answer(w)) - w)
+        if not outside <= ESTIMABLE_RTOL * np.linalg.norm(w):
+            raise InputError("plan", plan.method, f"the strategy of group {gi} does not reach its views' queries: measuring the plan would "
+                             "spend the budget on answers that cannot be given")
 
 
 class HDMMEstimates:

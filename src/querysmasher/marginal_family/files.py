@@ -16,7 +16,7 @@ that the residual-only subsets are every subset the workload touches beside the 
 :class:`.planner.MarginalPlan` from the stored variables. Every field is read through
 :mod:`querysmasher.h5read` with its type, shape and range checked (one InputError naming the field
 otherwise). The privacy cost is not trusted from the file: measure re-computes it from the applied
-operators (:func:`.release.check_marginal_plan`). Files of format 1 (without the residual-only
+operators (:func:`querysmasher.measure.check_budget` on :func:`.release.marginal_measurements`). Files of format 1 (without the residual-only
 mechanisms, planned again on load) are refused in one line.
 """
 

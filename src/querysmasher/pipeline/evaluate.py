@@ -39,7 +39,7 @@ def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float
     (indices of the workload's views), one view at a time: bounded memory."""
     from ..data import marginal  # in the body: the stage function's fingerprint follows it
     from ..decompose import view_answers  # in the body: the stage function's fingerprint follows it
-    from ..reconstruct import released_answers  # loads pandas, h5py, pyarrow, numpy only where it is used
+    from ..reconstruct import released_answers  # loads h5py, numpy only where it is used
 
     sq = wsum = zsum = 0.0
     zn = 0

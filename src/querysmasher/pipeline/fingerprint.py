@@ -85,7 +85,7 @@ def _module_closure(modules, graph: ImportGraph, leaves=()) -> dict[str, Path]:
 
 @lru_cache(maxsize=None)
 def _operations_named(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
-    """Plan-kind operations a module calls by name: ``kind.op("measure_to_file")``."""
+    """Plan-kind operations a module calls by name: ``kind.op("measurements")``."""
     return frozenset(
         n.args[0].value for n in ast.walk(ast.parse(path.read_text()))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "op" and n.args
@@ -167,7 +167,7 @@ def library_fingerprint(stage: str, method: str | None = None, *, root: str | Pa
     module of the method's solver or planner class (decompose: a per-view method's only); for a stage
     whose code reaches the plan-kind table (measure, reconstruct, evaluate, release, allocate's plan
     file), the module of the kind's record type and of each operation the stage's code names
-    (``kind.op("measure_to_file")``) of the method's plan kind (``plan_kind`` in the method table) --
+    (``kind.op("measurements")``) of the method's plan kind (``plan_kind`` in the method table) --
     with their import closures (a plugin's: the file of its class, the files of its kind's modules).
     Without ``method``, the code every method runs. Put in a rule's ``params:``, it makes Snakemake
     re-run the rule when that code changes (Snakemake does not see imported modules), and only then.

@@ -281,7 +281,7 @@ def reconstruct_to_file(plan_path, measurements_path, out_path, *, csv_dir: str 
     plan, as the command line does."""
     from ..measure import plan_digest  # in the body: the stage function's fingerprint follows it
     from ..planfiles import load_any_plan  # in the body: the stage function's fingerprint follows it
-    from ..reconstruct import has_per_view_tables, reconstruct_plan_to_file  # loads pandas, pyarrow, numpy only where it is used
+    from ..reconstruct import has_per_view_tables, reconstruct_plan_to_file  # loads numpy only where it is used
 
     plan = load_any_plan(plan_path)
     if csv_dir and not has_per_view_tables(plan):
