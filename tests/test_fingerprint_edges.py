@@ -85,6 +85,15 @@ def test_the_residual_kinds_release_modules_rerun_no_planning_stage(package):
     assert not {k for k in changed if k[0] in PLANNING or k[0] == "measure"}
 
 
+def test_the_residual_kinds_own_module_reruns_the_residual_methods_release_stages_only(package):
+    """residualkind.py (the residual kind's measurements, check, estimates and variances, named by
+    string in the plan-kind table) is part of the release stages of every method whose plans are of
+    kind ``plan``, and of no planning stage and no other kind's method."""
+    assert _changed(package, "residualkind.py") == {(s, m) for s in RELEASE for m in ("rp", "qs", "rpplus", "mm")}
+    # the measurement record is what every kind's release stages are written against, and no plan
+    assert _changed(package, "measurement.py") == {(s, m) for s in RELEASE for m in METHODS}
+
+
 @pytest.mark.parametrize("method, module, others", [
     ("hdmm", "hdmm/plan.py", ("rp", "qs", "rpplus", "mm", "qsplus")),
     ("qsplus", "marginal_family/method.py", ("rp", "qs", "rpplus", "mm", "hdmm")),
