@@ -142,7 +142,7 @@ def test_strategies_are_validated():
         (lambda f: f["groups/0/strategy/weights"].__setitem__(..., 2 * f["groups/0/strategy/weights"][()]), "L1 sensitivity 2.0"),
         (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.5 * f["groups/0/strategy/mats/0/0"][()]), "L1 norm 1"),
         (lambda f: f["groups/0"].attrs.__setitem__("error", 0.5 * f["groups/0"].attrs["error"]), "expected error"),
-        (lambda f: f.attrs.__setitem__("noise", "gaussian"), "does not fit noise 'gaussian'"),
+        (lambda f: f.attrs.__setitem__("noise", "gaussian"), "must hold beta, source, delta"),
     ],
 )
 def test_a_tampered_laplace_plan_file_is_refused(small_schema, tmp_path, edit, needle):

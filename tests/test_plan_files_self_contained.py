@@ -192,3 +192,31 @@ def test_loading_qsplus_needs_no_qs_plan_even_at_scale(tmp_path, monkeypatch):
     _forbid(monkeypatch)
     back = qs.load(tmp_path / "p.h5")
     assert back.rmse == plan.rmse and back.residual_views == plan.residual_views
+
+
+def test_every_plan_file_has_one_budget_record(tmp_path):
+    """One writer and one strict reader of a plan file's budget (io.put_budget, h5read.read_budget):
+    both budget forms round-trip, an unknown key is refused naming the field, and an HDMM file that
+    claims replace neighbours (its strategies are costed under add-remove) is refused."""
+    import h5py
+
+    from querysmasher import h5read as r
+    from querysmasher.accounting import Budget, PureBudget
+    from querysmasher.io import put_budget
+
+    path = tmp_path / "b.h5"
+    for budget in (Budget.from_beta(0.7).with_neighbours("replace"), PureBudget(2.0)):
+        with h5py.File(path, "w") as f:
+            put_budget(f, budget)
+        with h5py.File(path, "r") as f:
+            assert r.read_budget(f, pure=isinstance(budget, PureBudget)) == budget
+    with h5py.File(path, "w") as f:
+        f.attrs["budget"] = '{"beta": 1, "source": "beta", "delta": 1e-6, "rho": 9}'
+    with h5py.File(path, "r") as f, pytest.raises(InputError, match="'@budget'.*must hold beta, source, delta"):
+        r.read_budget(f)
+    plan = qs.make_plan("synthetic:n=3,d=2", "marginal:2", method="hdmm")
+    qs.save(plan, tmp_path / "h.h5")
+    with h5py.File(tmp_path / "h.h5", "r+") as f:
+        f.attrs["budget"] = f.attrs["budget"].replace("add-remove", "replace")
+    with pytest.raises(InputError, match="neighbours"):
+        qs.load(tmp_path / "h.h5")

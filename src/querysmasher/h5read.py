@@ -38,12 +38,13 @@ from contextlib import contextmanager
 import h5py
 import numpy as np
 
+from .accounting import NEIGHBOURS, Budget, PureBudget
 from .errors import InputError
 from .schema import Schema
 from .workload import CustomQueries
 
 __all__ = ["READ_ERRORS", "PROBE_SECONDS", "probe", "bad", "missing", "raised_by_h5py", "h5py_errors", "child", "members", "indexed_members", "text", "integer", "number",
-           "flag", "json_attr", "array", "strings", "has", "finite_vector", "custom_queries", "json_number", "json_text", "read_schema"]
+           "flag", "json_attr", "array", "strings", "has", "finite_vector", "custom_queries", "json_number", "json_text", "read_schema", "read_budget"]
 
 # What h5py raises from its C layer on corrupted metadata (and numpy/UTF-8 decoding on bad bytes).
 READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
@@ -454,3 +455,19 @@ def probe(path, what: str, seconds: float | None = None) -> None:
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         raise InputError(what, str(path), f"is corrupted: the HDF5 library crashed reading it ({signal.Signals(os.WTERMSIG(status)).name})")
+
+
+def read_budget(obj, name: str = "budget", *, pure: bool = False, neighbours: tuple[str, ...] = NEIGHBOURS) -> Budget | PureBudget:
+    """A plan file's budget record (written by :func:`querysmasher.io.put_budget`), every key
+    checked: ``{"epsilon"}`` for a pure epsilon-DP plan (``pure``), else ``{"beta", "source",
+    "delta"}`` and optionally ``"neighbours"`` (one of ``neighbours``; add-remove when absent)."""
+    b = json_attr(obj, name)
+    if pure:
+        if set(b) != {"epsilon"}:
+            raise bad(obj, name, sorted(b), "must hold epsilon only (pure epsilon-DP)", attr=True)
+        return PureBudget(float(json_number(obj, name, b, "epsilon", positive=True)))
+    if set(b) - {"neighbours"} != {"beta", "source", "delta"}:
+        raise bad(obj, name, sorted(b), "must hold beta, source, delta and optionally neighbours", attr=True)
+    return Budget(float(json_number(obj, name, b, "beta", positive=True)), json_text(obj, name, b, "source"),
+                  float(json_number(obj, name, b, "delta", positive=True, hi=1)),
+                  json_text(obj, name, b, "neighbours", choices=neighbours, default="add-remove"))

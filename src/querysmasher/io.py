@@ -24,12 +24,13 @@ import h5py
 import numpy as np
 
 from . import __version__
+from .accounting import PureBudget
 from .atomic import atomic_path, check_output
 from .errors import InputError
 from .h5read import integer, READ_ERRORS
 from .workload import CustomQueries
 
-__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_custom_queries", "get_custom_queries"]
+__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_budget", "put_custom_queries", "get_custom_queries"]
 
 FORMAT_VERSION = 1
 
@@ -56,6 +57,15 @@ def put(group: h5py.Group, name: str, data) -> h5py.Dataset:
 
 def put_json(group: h5py.Group | h5py.Dataset, name: str, value) -> None:
     group.attrs[name] = json.dumps(value, sort_keys=True)
+
+
+def put_budget(group: h5py.Group, budget, name: str = "budget") -> None:
+    """A plan file's budget record (read back by :func:`querysmasher.h5read.read_budget`): epsilon
+    for a pure epsilon-DP budget, else beta, the form it was given in, delta and the neighbours."""
+    if isinstance(budget, PureBudget):
+        put_json(group, name, {"epsilon": budget.epsilon})
+    else:
+        put_json(group, name, {"beta": budget.beta, "source": budget.source, "delta": budget.delta, "neighbours": budget.neighbours})
 
 
 def get_json(group: h5py.Group | h5py.Dataset, name: str):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .accounting import Budget, NEIGHBOURS, view_costs
+from .accounting import view_costs
 from .plan import LAYOUTS, Plan
 from .schema import check_attribute_sizes, Schema
 from .solvers import ViewMechanism, ViewSolution
@@ -32,14 +32,14 @@ __all__ = ["save_plan", "load_plan", "write_solution", "read_solution", "file_fo
 
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
-    from .io import atomic_h5, new_group, put, put_custom_queries, put_json  # loads h5py only where it is used
+    from .io import atomic_h5, new_group, put, put_budget, put_custom_queries, put_json  # loads h5py only where it is used
 
     with atomic_h5(path, kind="plan") as f:
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
         f.attrs["layout"] = plan.layout
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
+        put_budget(f, plan.budget)
         put_json(f, "summary", plan.summary())
         put_custom_queries(f, plan.workload.custom)
         v = new_group(f, "views")
@@ -133,17 +133,6 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     )
 
 
-def _read_budget(f) -> Budget:
-    from . import h5read as r  # loads h5py only where it is used
-
-    b = r.json_attr(f, "budget")
-    return Budget(
-        float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
-        float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)),
-        r.json_text(f, "budget", b, "neighbours", choices=NEIGHBOURS, default="add-remove"),
-    )
-
-
 def _read_summary(f) -> tuple[dict, dict | None]:
     """(the parts of the summary a Plan keeps: views, phase_seconds, notes, objective; its
     max-objective certificate or None)."""
@@ -219,7 +208,7 @@ def load_plan(path) -> Plan:
         schema = r.read_schema(f)
         workload = parse_workload(r.text(f, "workload"), schema, r.custom_queries(f))
         check_attribute_sizes(schema, [a for v in workload.views for a in v.attrs])
-        budget = _read_budget(f)
+        budget = r.read_budget(f)
         summary, certificate = _read_summary(f)
         views, keys, arrays = _read_views(r.child(f, "views", group=True), schema)
         solutions = _read_solutions(f, schema, views, keys)

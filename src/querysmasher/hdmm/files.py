@@ -28,13 +28,12 @@ import h5py
 import numpy as np
 
 from .. import h5read as r
-from ..accounting import Budget
 from ..errors import InputError
-from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..io import atomic_h5, new_group, open_h5, put, put_budget, put_json
 from ..schema import Schema, check_attribute_sizes
 from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
-from .laplace import LaplaceStrategy, PureBudget
+from .laplace import LaplaceStrategy
 from .plan import TEMPLATE_TIE_RTOL, TEMPLATES, Candidate, HDMMGroup, HDMMPlan
 
 __all__ = ["HDMM_PLAN_FORMAT", "save_hdmm_plan", "load_hdmm_plan"]
@@ -93,10 +92,7 @@ def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
         f.attrs["noise"] = plan.noise
-        if plan.noise == "laplace":
-            put_json(f, "budget", {"epsilon": plan.budget.epsilon})
-        else:
-            put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_budget(f, plan.budget)
         f.attrs["seed"] = plan.seed
         f.attrs["restarts"] = plan.restarts
         f.attrs["template"] = plan.template
@@ -145,16 +141,6 @@ def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strateg
     return HDMMGroup(views, strategy, error)
 
 
-def _read_budget(f, noise: str) -> Budget | PureBudget:
-    b = r.json_attr(f, "budget")
-    if set(b) != ({"epsilon"} if noise == "laplace" else {"beta", "source", "delta"}):
-        raise r.bad(f, "budget", sorted(b), f"does not fit noise {noise!r}", attr=True)
-    if noise == "laplace":
-        return PureBudget(float(r.json_number(f, "budget", b, "epsilon", positive=True)))
-    return Budget(float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
-                  float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)))
-
-
 def _read_run(f) -> dict:
     """The template search's record (templates, winner, candidates) and the run's seed, restarts,
     seconds and notes, every field checked."""
@@ -189,7 +175,7 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         check_attribute_sizes(schema)  # every attribute gets n x n matrices below, used or not
         workload = parse_workload(r.text(f, "workload"), schema)
         noise = r.text(f, "noise", choices=("gaussian", "laplace"))
-        budget = _read_budget(f, noise)
+        budget = r.read_budget(f, pure=noise == "laplace", neighbours=("add-remove",))
         implicit = ImplicitWorkload.from_workload(workload)
         stored = r.child(f, "groups", group=True)
         names = r.indexed_members(stored, "one group per strategy")

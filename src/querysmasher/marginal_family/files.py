@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import h5read as r
-from ..accounting import NEIGHBOURS, Budget
+from ..accounting import Budget
 from ..allocation import allocate
 from ..decompose import decompose
 from ..errors import InputError
-from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..io import atomic_h5, new_group, open_h5, put, put_budget, put_json
 from ..noise import MAX_NOISE_VARIANCE
 from ..plan import Plan
 from ..planfile import read_solution, write_solution
@@ -51,7 +51,7 @@ def save_marginal_plan(plan, path: str | Path) -> None:
         f.attrs["method"] = plan.method
         put_json(f, "schema", plan.schema.to_dict())
         f.attrs["workload"] = plan.workload.spec
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta, "neighbours": plan.budget.neighbours})
+        put_budget(f, plan.budget)
         put_json(f, "options", {"max_view_size": int(plan.problem_options["max_view_size"]),
                                 "max_view_cells": plan.problem_options["max_view_cells"], "tie": bool(plan.tied)})
         f.attrs["total_variance"] = float(plan.total_variance)
@@ -143,12 +143,7 @@ def load_marginal_plan(path: str | Path):
             workload = parse_workload(r.text(f, "workload"), schema)
         except InputError as exc:
             raise r.bad(f, "workload", exc.value, exc.reason, attr=True) from None
-        b = r.json_attr(f, "budget")
-        if set(b) - {"neighbours"} != {"beta", "source", "delta"}:
-            raise r.bad(f, "budget", sorted(b), "must hold beta, source, delta and neighbours", attr=True)
-        budget = Budget(float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
-                        float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)),
-                        r.json_text(f, "budget", b, "neighbours", choices=NEIGHBOURS, default="add-remove"))  # files before it: add-remove
+        budget = r.read_budget(f)
         o = r.json_attr(f, "options")
         if set(o) != {"max_view_size", "max_view_cells", "tie"}:
             raise r.bad(f, "options", sorted(o), "must hold max_view_size, max_view_cells and tie", attr=True)

@@ -36,7 +36,7 @@ from querysmasher.allocation import allocate, rmse
 from querysmasher.decompose import view_query_matrix
 from querysmasher.families import query_matrix_1d
 from querysmasher.errors import InputError
-from querysmasher.io import atomic_h5, new_group, open_h5, put, put_json
+from querysmasher.io import atomic_h5, new_group, open_h5, put, put_budget, put_json
 from querysmasher.measurement import LinearMeasurement
 from querysmasher.plankinds import PlanKind
 from querysmasher.schema import Schema
@@ -169,7 +169,7 @@ def save(plan: MarginalsPlan, path) -> None:
         f.attrs["method"] = plan.method
         f.attrs["workload"] = plan.workload.spec
         put_json(f, "schema", plan.schema.to_dict())
-        put_json(f, "budget", {"beta": plan.budget.beta, "source": plan.budget.source, "delta": plan.budget.delta})
+        put_budget(f, plan.budget)
         g = new_group(f, "views")
         lengths = [len(a) for a in plan.views]
         put(g, "attrs", np.array([a for v in plan.views for a in v], dtype=np.int64))
@@ -182,9 +182,7 @@ def load(path) -> MarginalsPlan:
     with open_h5(path, FILE_KIND) as f, r.h5py_errors(path, "plan file"):
         schema = r.read_schema(f)
         workload = parse_workload(r.text(f, "workload"), schema)
-        b = r.json_attr(f, "budget")
-        budget = Budget(float(r.json_number(f, "budget", b, "beta", positive=True)), r.json_text(f, "budget", b, "source"),
-                        float(r.json_number(f, "budget", b, "delta", positive=True, hi=1)))
+        budget = r.read_budget(f, neighbours=("add-remove",))
         g = r.child(f, "views", group=True)
         offs = r.array(g, "offsets", kind="i", ndim=1, lo=0)
         flat = r.array(g, "attrs", kind="i", ndim=1, lo=0, hi=len(schema.sizes) - 1)
