@@ -102,16 +102,18 @@ def _check_schema(plan, records: Records) -> None:
         raise InputError("data schema", records.schema.name, f"does not match the plan's schema {plan.schema.name!r} (names and sizes must agree)")
 
 
-def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource, *, draws: int | None = None):
+def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource, *, draws: int | None = None,
+                 measurements: list[LinearMeasurement] | None = None):
     """Yield (measurement index, y) for every measurement of the plan, one at a time (bounded
     memory), the privacy cost re-checked first on exactly the measurements applied.
 
     ``rng`` is a :class:`querysmasher.noise.NoiseSource` (which sampler: :func:`make_noise`) or a
     numpy generator (experiments); ``draws`` independent copies as a trailing axis (numpy only, for
-    tests). BLAS runs single-threaded while noise is drawn (many small products).
+    tests); ``measurements``: the plan's list when the caller already has it (it is checked and
+    applied as given). BLAS runs single-threaded while noise is drawn (many small products).
     """
     noise = as_noise(rng)
-    ms = measurements_of(plan)
+    ms = measurements_of(plan) if measurements is None else measurements
     check_budget(plan, ms)
     _check_schema(plan, records)
     sizes = plan.schema.sizes
@@ -135,14 +137,15 @@ def _offsets(ms: list[LinearMeasurement]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum([m.rows for m in ms])]).astype(np.int64)
 
 
-def save_measurements(path: str | Path, plan, stream, *, seeded: bool, plan_sha256: str, sampler: str) -> None:
+def save_measurements(path: str | Path, plan, stream, *, seeded: bool, plan_sha256: str, sampler: str,
+                      measurements: list[LinearMeasurement] | None = None) -> None:
     """Write the measurements file from (measurement index, y) pairs (e.g. :func:`measure_iter`),
     streaming: the noisy vectors (one flat ``y``), which measurement each is (``index``) and where
     it starts (``offsets``), the plan's digest, the sampler and the budget; nothing else derived
     from the data."""
     if sampler not in SAMPLERS:  # every measurements file says which sampler drew its noise
         raise ValueError(f"sampler must be one of {SAMPLERS}, not {sampler!r}")
-    ms = measurements_of(plan)
+    ms = measurements_of(plan) if measurements is None else measurements
     offsets = _offsets(ms)
     with atomic_h5(path, kind="measurements") as f:
         f.attrs["plan_sha256"] = plan_sha256
@@ -195,4 +198,6 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan=Non
 def measure_plan_to_file(plan, records: Records, noise: NoiseSource, out, *, plan_sha256: str) -> None:
     """The measurements file of a plan of any kind (checked by the caller before the records were
     read, :func:`check_plan`; measuring re-checks its privacy cost on what it applies)."""
-    save_measurements(out, plan, measure_iter(plan, records, noise), seeded=noise.seeded, plan_sha256=plan_sha256, sampler=noise.sampler)
+    ms = measurements_of(plan)  # once: the stream and the file's layout follow the same list
+    save_measurements(out, plan, measure_iter(plan, records, noise, measurements=ms), seeded=noise.seeded, plan_sha256=plan_sha256,
+                      sampler=noise.sampler, measurements=ms)
