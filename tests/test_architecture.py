@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "querysmasher"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records and math", (
         "errors", "logs", "threads", "atomic", "documents", "filenames", "registry", "linalg", "schema", "families", "workload",
-        "options", "accounting", "allocation", "noise", "data", "io", "h5read", "workloadfile", "paper", "plankinds", "tablefiles",
+        "options", "accounting", "allocation", "noise", "data", "io", "h5read", "planheader", "workloadfile", "paper", "plankinds", "tablefiles",
         "importgraph", "measurement",
     )),
     ("mechanisms and decomposition", ("mechanisms", "mechanisms.*", "decompose", "fulldomain", "svd_bound")),

@@ -149,7 +149,9 @@ def _replace(name, edit):
 
 def _drop_residual_only(f):
     """Remove the one residual-only subset consistently: its measurement would answer as 0."""
-    f.attrs["residual_views"] = "[]"
+    for name in ("attrs", "offsets"):
+        del f[f"residual_views/{name}"]
+    f["residual_views/attrs"], f["residual_views/offsets"] = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     for name in ("residual_sigma2", "residual_losses", "residual_costs"):
         del f[name]
         f[name] = np.zeros(0)

@@ -20,7 +20,6 @@ from .accounting import view_costs
 from .plan import LAYOUTS, Plan
 from .schema import check_attribute_sizes, Schema
 from .solvers import ViewMechanism, ViewSolution
-from .workload import parse_workload
 from .mechanisms import MECHANISM_KINDS
 from .allocation import Allocation
 from .queryfactor import rederive_solutions
@@ -32,20 +31,14 @@ __all__ = ["save_plan", "load_plan", "write_solution", "read_solution", "file_fo
 
 def save_plan(plan: Plan, path) -> None:
     """Write the plan file (HDF5, kind 'plan'): everything measure and reconstruct need."""
-    from .io import atomic_h5, new_group, put, put_budget, put_custom_queries, put_json  # loads h5py only where it is used
+    from .io import atomic_h5, new_group, put  # loads h5py only where it is used
+    from .planheader import put_plan_header, put_views  # loads h5py only where it is used
 
     with atomic_h5(path, kind="plan") as f:
-        put_json(f, "schema", plan.schema.to_dict())
-        f.attrs["workload"] = plan.workload.spec
-        f.attrs["method"] = plan.method
+        put_plan_header(f, plan)
         f.attrs["layout"] = plan.layout
-        put_budget(f, plan.budget)
-        put_json(f, "summary", plan.summary())
-        put_custom_queries(f, plan.workload.custom)
         v = new_group(f, "views")
-        lengths = [len(a) for a in plan.views]
-        put(v, "attrs", np.array([i for a in plan.views for i in a], dtype=np.int64))
-        put(v, "offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        put_views(v, plan.views)
         put(v, "key", np.array(plan.keys, dtype=object))
         put(v, "scale", plan.scales)
         put(v, "loss", plan.losses)
@@ -133,40 +126,27 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     )
 
 
-def _read_summary(f) -> tuple[dict, dict | None]:
-    """(the parts of the summary a Plan keeps: views, phase_seconds, notes, objective; its
-    max-objective certificate or None)."""
+def _read_summary(f, summary: dict) -> tuple[dict, dict | None]:
+    """(the parts of the summary a Plan keeps beside the header's notes and phase times: views,
+    objective; its max-objective certificate or None)."""
     from . import h5read as r  # loads h5py only where it is used
 
-    s = r.json_attr(f, "summary")
-    phases = s.get("phase_seconds", {})
-    if not isinstance(phases, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values()):
-        raise r.bad(f, "summary.phase_seconds", phases, "must map steps to seconds", attr=True)
-    notes = s.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        raise r.bad(f, "summary.notes", notes, "must be a list of strings", attr=True)
     kept = {
-        "views": int(r.json_number(f, "summary", s, "views", lo=0, integral=True)), "phase_seconds": dict(phases), "notes": list(notes),
-        "objective": r.json_text(f, "summary", s, "objective", choices=("sum", "max"), default="sum"),
+        "views": int(r.json_number(f, "summary", summary, "views", lo=0, integral=True)),
+        "objective": r.json_text(f, "summary", summary, "objective", choices=("sum", "max"), default="sum"),
     }
-    certificate = {k: s[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in s}
+    certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
     return kept, certificate or None
 
 
 def _read_views(v, schema: Schema) -> tuple[list[tuple[int, ...]], list[str], dict[str, np.ndarray]]:
     """(residual views, their keys, per-view arrays scale/loss/lower_bound/sigma2), each checked:
-    attributes in the schema, offsets consistent, one entry per view, values in range."""
+    attributes in the schema, one entry per view, values in range."""
     from . import h5read as r  # loads h5py only where it is used
+    from .planheader import read_views  # loads h5py only where it is used
 
-    flat = r.array(v, "attrs", kind="i", ndim=1, lo=0, hi=len(schema) - 1)
-    offs = r.array(v, "offsets", kind="i", ndim=1)
-    if len(offs) == 0 or offs[0] != 0 or offs[-1] != len(flat) or np.any(np.diff(offs) < 0):
-        raise r.bad(v, "offsets", offs[:8].tolist(), f"must rise from 0 to the length of views/attrs ({len(flat)})")
-    n = len(offs) - 1
-    views = [tuple(int(a) for a in flat[offs[i]:offs[i + 1]]) for i in range(n)]
-    for i, attrs in enumerate(views):
-        if any(a >= b for a, b in zip(attrs, attrs[1:])):
-            raise r.bad(v, "attrs", list(attrs), f"view {i} must list distinct attributes in increasing order")
+    views = read_views(v, len(schema))
+    n = len(views)
     keys = r.strings(v, "key", length=n)
     arrays = {
         "scale": r.array(v, "scale", kind="f", shape=(n,), positive=True),
@@ -203,16 +183,15 @@ def load_plan(path) -> Plan:
     field and the value otherwise)."""
     from . import h5read as r  # loads h5py only where it is used
     from .io import open_h5  # loads h5py only where it is used
+    from .planheader import read_plan_header  # loads h5py only where it is used
 
     with open_h5(path, "plan") as f, r.h5py_errors(path, "plan file"):
-        schema = r.read_schema(f)
-        workload = parse_workload(r.text(f, "workload"), schema, r.custom_queries(f))
+        head = read_plan_header(f)
+        schema, workload, method, budget = head.schema, head.workload, head.method, head.budget
         check_attribute_sizes(schema, [a for v in workload.views for a in v.attrs])
-        budget = r.read_budget(f)
-        summary, certificate = _read_summary(f)
+        summary, certificate = _read_summary(f, head.summary)
         views, keys, arrays = _read_views(r.child(f, "views", group=True), schema)
         solutions = _read_solutions(f, schema, views, keys)
-        method = r.text(f, "method")
         layout = r.text(f, "layout", choices=LAYOUTS, default="full-domain" if method == "mm" else "residual")
         if layout == "full-domain" and views != [tuple(range(len(schema)))]:  # reconstruct marginalises its one view
             raise r.bad(f, "layout", layout, "needs the one full-domain view, but the plan's views are not that", attr=True)
@@ -224,7 +203,7 @@ def load_plan(path) -> Plan:
     alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
     return Plan(
         schema, workload, method, budget, views, keys, arrays["scale"], losses, arrays["lower_bound"], alloc, solutions,
-        summary["views"], summary["phase_seconds"], summary["notes"], summary["objective"], certificate, layout,
+        summary["views"], head.phase_seconds, head.notes, summary["objective"], certificate, layout,
     )
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from .. import h5read as r
 from ..errors import InputError
-from ..io import atomic_h5, new_group, open_h5, put, put_budget, put_json
+from ..io import atomic_h5, new_group, open_h5, put, put_json
+from ..planheader import put_plan_header, read_plan_header
 from ..schema import Schema, check_attribute_sizes
-from ..workload import parse_workload
 from .implicit import ImplicitWorkload, KronStrategy
 from .laplace import LaplaceStrategy
 from .plan import TEMPLATE_TIE_RTOL, TEMPLATES, Candidate, HDMMGroup, HDMMPlan
@@ -89,19 +89,15 @@ def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | L
 def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
     with atomic_h5(path, kind="hdmm-plan") as f:
         f.attrs["hdmm_plan_format"] = HDMM_PLAN_FORMAT
-        put_json(f, "schema", plan.schema.to_dict())
-        f.attrs["workload"] = plan.workload.spec
+        put_plan_header(f, plan)
         f.attrs["noise"] = plan.noise
-        put_budget(f, plan.budget)
         f.attrs["seed"] = plan.seed
         f.attrs["restarts"] = plan.restarts
         f.attrs["template"] = plan.template
         f.attrs["seconds"] = plan.seconds
         put_json(f, "templates", list(plan.templates))
         put_json(f, "candidates", {k: {"total_variance": c.total_variance, "seconds": c.seconds} for k, c in plan.candidates.items()})
-        put_json(f, "notes", plan.notes)
         f.attrs["total_variance"] = plan.total_variance
-        put_json(f, "summary", plan.summary())
         groups = new_group(f, "groups")
         for gi, grp in enumerate(plan.groups):
             g = new_group(groups, str(gi))
@@ -143,7 +139,7 @@ def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strateg
 
 def _read_run(f) -> dict:
     """The template search's record (templates, winner, candidates) and the run's seed, restarts,
-    seconds and notes, every field checked."""
+    and seconds, every field checked."""
     templates = r.json_attr(f, "templates", list)
     if not templates or any(not isinstance(t, str) or t not in TEMPLATES for t in templates) or len(set(templates)) != len(templates):
         raise r.bad(f, "templates", templates, f"must be a non-empty list of distinct templates from {', '.join(TEMPLATES)}", attr=True)
@@ -156,11 +152,8 @@ def _read_run(f) -> dict:
         if not isinstance(c, dict):
             raise r.bad(f, "candidates", c, f"candidate {name!r} must be an object with total_variance and seconds", attr=True)
         candidates[name] = Candidate(float(r.json_number(f, "candidates", c, "total_variance", lo=0)), float(r.json_number(f, "candidates", c, "seconds", lo=0)))
-    notes = r.json_attr(f, "notes", list)
-    if not all(isinstance(n, str) for n in notes):
-        raise r.bad(f, "notes", notes, "must be a list of strings", attr=True)
     return {"template": r.text(f, "template"), "candidates": candidates, "templates": tuple(templates),
-            "seed": r.integer(f, "seed"), "restarts": r.integer(f, "restarts", lo=0), "seconds": r.number(f, "seconds", lo=0.0), "notes": list(notes)}
+            "seed": r.integer(f, "seed"), "restarts": r.integer(f, "restarts", lo=0), "seconds": r.number(f, "seconds", lo=0.0)}
 
 
 def load_hdmm_plan(path: str | Path) -> HDMMPlan:
@@ -171,11 +164,10 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         if version != HDMM_PLAN_FORMAT:
             held = "does not store the strategy" if version == 1 else "does not record the template search"
             raise _refuse(path, f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
-        schema = r.read_schema(f)
-        check_attribute_sizes(schema)  # every attribute gets n x n matrices below, used or not
-        workload = parse_workload(r.text(f, "workload"), schema)
         noise = r.text(f, "noise", choices=("gaussian", "laplace"))
-        budget = r.read_budget(f, pure=noise == "laplace", neighbours=("add-remove",))
+        head = read_plan_header(f, methods=("hdmm",), pure=noise == "laplace", neighbours=("add-remove",))
+        schema, workload, budget = head.schema, head.workload, head.budget
+        check_attribute_sizes(schema)  # every attribute gets n x n matrices below, used or not
         implicit = ImplicitWorkload.from_workload(workload)
         stored = r.child(f, "groups", group=True)
         names = r.indexed_members(stored, "one group per strategy")
@@ -186,7 +178,7 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
             views = r.array(g, "views", kind="i", ndim=1, lo=0, hi=len(implicit) - 1)
             groups.append(_verified_group(path, implicit, views, strategy, len(names) > 1, r.number(g, "error", lo=0.0)))
         run = _read_run(f)
-        plan = HDMMPlan(schema, workload, budget, run.pop("template"), tuple(groups), **run)
+        plan = HDMMPlan(schema, workload, budget, run.pop("template"), tuple(groups), **run, notes=head.notes)
         recorded = r.number(f, "total_variance", lo=0.0)
     covered = np.sort(np.concatenate([g.views for g in plan.groups]))
     if not np.array_equal(covered, np.arange(len(workload.views))):

@@ -1,13 +1,12 @@
 """``qsplus`` plan files (kind ``marginal-plan``): the optimised variables, checked on load.
 
-A plan file stores the schema, the workload spec, the budget, the problem's options
+A plan file stores the plan header (:mod:`querysmasher.planheader`), the problem's options
 (``max_view_size``, ``max_view_cells``, whether the views share one mechanism), the optimised
 variables (the marginal views, their unit-diagonal factors, ``factor_of`` and shares; the
 residual-only subsets and their noise variances), what the plan keeps of its ``qs`` reference plan
 at beta = 1 (each residual-only subset's mechanism, loss and privacy cost: the group
 ``residual_mechanisms`` in the format of :func:`querysmasher.planfile.write_solution`,
-``residual_losses``, ``residual_costs``) and the planned/certified totals, plus the ``summary`` the
-workflow reads. Loading runs no planner, solver or optimiser (planning ``qs`` again took minutes
+``residual_losses``, ``residual_costs``) and the planned/certified totals. Loading runs no planner, solver or optimiser (planning ``qs`` again took minutes
 at [10]^40): it re-parses the schema and workload, rebuilds the problem from them, the stored
 options and the stored residual-only subsets (:func:`.problem.build_problem` with the ``qs`` plan
 restricted to those subsets, all a plan uses of it), checks that its views are the stored ones and
@@ -16,8 +15,8 @@ that the residual-only subsets are every subset the workload touches beside the 
 :class:`.planner.MarginalPlan` from the stored variables. Every field is read through
 :mod:`querysmasher.h5read` with its type, shape and range checked (one InputError naming the field
 otherwise). The privacy cost is not trusted from the file: measure re-computes it from the applied
-operators (:func:`querysmasher.measure.check_budget` on :func:`.release.marginal_measurements`). Files of format 1 (without the residual-only
-mechanisms, planned again on load) are refused in one line.
+operators (:func:`querysmasher.measure.check_budget` on :func:`.release.marginal_measurements`).
+Files of earlier formats are refused in one line.
 """
 
 from __future__ import annotations
@@ -31,38 +30,33 @@ from ..accounting import Budget
 from ..allocation import allocate
 from ..decompose import decompose
 from ..errors import InputError
-from ..io import atomic_h5, new_group, open_h5, put, put_budget, put_json
+from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import MAX_NOISE_VARIANCE
 from ..plan import Plan
+from ..planheader import put_plan_header, put_views, read_plan_header, read_views
 from ..planfile import read_solution, write_solution
 from ..schema import Schema
-from ..workload import Workload, parse_workload
+from ..workload import Workload
 from .planner import MarginalPlan
 from .problem import build_problem
 
 __all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
 
-MARGINAL_PLAN_FORMAT = 2  # 1: without the residual-only subsets' mechanisms (planned again on load)
+MARGINAL_PLAN_FORMAT = 3  # 1: without the residual-only subsets' mechanisms (planned again on load); 2: views as JSON lists
 
 
 def save_marginal_plan(plan, path: str | Path) -> None:
     with atomic_h5(path, kind="marginal-plan") as f:
         f.attrs["marginal_plan_format"] = MARGINAL_PLAN_FORMAT
-        f.attrs["method"] = plan.method
-        put_json(f, "schema", plan.schema.to_dict())
-        f.attrs["workload"] = plan.workload.spec
-        put_budget(f, plan.budget)
+        put_plan_header(f, plan)
         put_json(f, "options", {"max_view_size": int(plan.problem_options["max_view_size"]),
                                 "max_view_cells": plan.problem_options["max_view_cells"], "tie": bool(plan.tied)})
         f.attrs["total_variance"] = float(plan.total_variance)
         f.attrs["lower_bound"] = float(plan.lower_bound)
         f.attrs["qs_total_variance"] = float(plan.qs_total_variance)
         f.attrs["iterations"] = int(plan.iterations)
-        put_json(f, "notes", list(plan.notes))
-        put_json(f, "phase_seconds", dict(plan.phase_seconds))
-        put_json(f, "summary", plan.summary())
-        put_json(f, "views", [list(map(int, v)) for v in plan.views])
-        put_json(f, "residual_views", [list(map(int, v)) for v in plan.residual_views])
+        put_views(new_group(f, "views"), plan.views)
+        put_views(new_group(f, "residual_views"), plan.residual_views)
         put(f, "factor_of", np.asarray(plan.factor_of, dtype=np.int64))
         put(f, "shares", np.asarray(plan.shares, dtype=np.float64))
         put(f, "residual_sigma2", np.asarray(plan.residual_sigma2, dtype=np.float64))
@@ -82,17 +76,6 @@ def save_marginal_plan(plan, path: str | Path) -> None:
 
 def _refuse(path, reason: str) -> InputError:
     return InputError("qsplus plan file", str(path), reason)
-
-
-def _attr_lists(f, name: str, n_attrs: int) -> list[tuple[int, ...]]:
-    doc = r.json_attr(f, name, list)
-    out = []
-    for v in doc:
-        if not isinstance(v, list) or not all(isinstance(a, int) and not isinstance(a, bool) and 0 <= a < n_attrs for a in v) \
-                or list(v) != sorted(set(v)):
-            raise r.bad(f, name, v, f"must be lists of distinct increasing attribute indices below {n_attrs}", attr=True)
-        out.append(tuple(v))
-    return out
 
 
 def _residual_only_plan(f, schema: Schema, workload: Workload, subsets: list[tuple[int, ...]]) -> Plan:
@@ -135,15 +118,10 @@ def load_marginal_plan(path: str | Path):
         fmt = r.integer(f, "marginal_plan_format", lo=1)
         if fmt != MARGINAL_PLAN_FORMAT:
             raise r.bad(f, "marginal_plan_format", fmt, f"this version reads format {MARGINAL_PLAN_FORMAT} only "
-                        "(format 1 does not store the residual-only subsets' mechanisms): re-run 'querysmasher plan'",
+                        "(1 lacks the residual-only subsets' mechanisms, 2 stores views as JSON): re-run 'querysmasher plan'",
                         attr=True)
-        r.text(f, "method", choices=("qsplus",))
-        schema = r.read_schema(f, "schema")
-        try:
-            workload = parse_workload(r.text(f, "workload"), schema)
-        except InputError as exc:
-            raise r.bad(f, "workload", exc.value, exc.reason, attr=True) from None
-        budget = r.read_budget(f)
+        head = read_plan_header(f, methods=("qsplus",))
+        schema, workload, budget = head.schema, head.workload, head.budget
         o = r.json_attr(f, "options")
         if set(o) != {"max_view_size", "max_view_cells", "tie"}:
             raise r.bad(f, "options", sorted(o), "must hold max_view_size, max_view_cells and tie", attr=True)
@@ -157,14 +135,8 @@ def load_marginal_plan(path: str | Path):
         totals = {k: r.number(f, k, positive=True) for k in ("total_variance", "qs_total_variance")}
         lower = r.number(f, "lower_bound", lo=0.0)
         iterations = r.integer(f, "iterations", lo=0)
-        notes = r.json_attr(f, "notes", list)
-        if not all(isinstance(n, str) for n in notes):
-            raise r.bad(f, "notes", notes, "must be a list of strings", attr=True)
-        seconds = r.json_attr(f, "phase_seconds")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in seconds.values()):
-            raise r.bad(f, "phase_seconds", seconds, "must map phases to non-negative seconds", attr=True)
-        views = _attr_lists(f, "views", len(schema))
-        residual_views = _attr_lists(f, "residual_views", len(schema))
+        views = read_views(r.child(f, "views", group=True), len(schema))
+        residual_views = read_views(r.child(f, "residual_views", group=True), len(schema))
         residual_plan = _residual_only_plan(f, schema, workload, residual_views)
         problem = build_problem(workload, residual_plan, max_view_size=mvs, max_view_cells=mvc, tie=tie)
         if [tuple(v.attrs) for v in problem.views] != views or list(problem.residual_only) != residual_views:
@@ -197,6 +169,6 @@ def load_marginal_plan(path: str | Path):
     plan = MarginalPlan(schema, workload, budget, problem, views, factors, np.asarray(factor_of, dtype=np.int64),
                         np.asarray(shares, dtype=np.float64), residual_views, np.asarray(res_sigma2, dtype=np.float64),
                         residual_plan, totals["total_variance"], lower, totals["qs_total_variance"], iterations,
-                        {str(k): float(v) for k, v in seconds.items()}, list(notes))
+                        head.phase_seconds, head.notes)
     plan.problem_options = {"max_view_size": mvs, "max_view_cells": mvc}
     return plan

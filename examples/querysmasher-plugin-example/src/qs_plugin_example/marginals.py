@@ -36,11 +36,12 @@ from querysmasher.allocation import allocate, rmse
 from querysmasher.decompose import view_query_matrix
 from querysmasher.families import query_matrix_1d
 from querysmasher.errors import InputError
-from querysmasher.io import atomic_h5, new_group, open_h5, put, put_budget, put_json
+from querysmasher.io import atomic_h5, new_group, open_h5, put
+from querysmasher.planheader import put_plan_header, put_views, read_plan_header, read_views
 from querysmasher.measurement import LinearMeasurement
 from querysmasher.plankinds import PlanKind
 from querysmasher.schema import Schema
-from querysmasher.workload import Workload, parse_workload
+from querysmasher.workload import Workload
 
 __all__ = ["MarginalsPlan", "NoisyMarginalsPlanner", "KIND", "FILE_KIND"]
 
@@ -166,32 +167,20 @@ class Variances:
 
 def save(plan: MarginalsPlan, path) -> None:
     with atomic_h5(path, kind=FILE_KIND) as f:
-        f.attrs["method"] = plan.method
-        f.attrs["workload"] = plan.workload.spec
-        put_json(f, "schema", plan.schema.to_dict())
-        put_budget(f, plan.budget)
+        put_plan_header(f, plan)  # schema, workload, method, budget, summary
         g = new_group(f, "views")
-        lengths = [len(a) for a in plan.views]
-        put(g, "attrs", np.array([a for v in plan.views for a in v], dtype=np.int64))
-        put(g, "offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        put_views(g, plan.views)
         put(g, "sigma2", np.asarray(plan.sigma2, dtype=np.float64))
 
 
 def load(path) -> MarginalsPlan:
     """A saved plan, every field checked (one InputError naming it otherwise); runs no planner."""
     with open_h5(path, FILE_KIND) as f, r.h5py_errors(path, "plan file"):
-        schema = r.read_schema(f)
-        workload = parse_workload(r.text(f, "workload"), schema)
-        budget = r.read_budget(f, neighbours=("add-remove",))
+        head = read_plan_header(f, neighbours=("add-remove",))
         g = r.child(f, "views", group=True)
-        offs = r.array(g, "offsets", kind="i", ndim=1, lo=0)
-        flat = r.array(g, "attrs", kind="i", ndim=1, lo=0, hi=len(schema.sizes) - 1)
-        if len(offs) < 1 or offs[0] != 0 or offs[-1] != len(flat) or np.any(np.diff(offs) < 0):
-            raise r.bad(g, "offsets", offs[:8].tolist(), "must rise from 0 to the number of attributes listed")
-        views = [tuple(int(a) for a in flat[offs[i]:offs[i + 1]]) for i in range(len(offs) - 1)]
+        views = read_views(g, len(head.schema))
         sigma2 = r.array(g, "sigma2", kind="f", shape=(len(views),), positive=True)
-        method = r.text(f, "method")
-    return MarginalsPlan(schema, workload, method, budget, views, np.asarray(sigma2, dtype=float))
+    return MarginalsPlan(head.schema, head.workload, head.method, head.budget, views, np.asarray(sigma2, dtype=float))
 
 
 _M = __name__
