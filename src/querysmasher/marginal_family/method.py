@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..options import Option, check_options
 from .planner import default_family_cells, plan
+from .problem import marginal_view_attrs
 
 __all__ = ["QSPlusPlanner", "OPTIONS"]
 
@@ -42,8 +43,8 @@ class QSPlusPlanner:
     @staticmethod
     def unsupported(workload) -> str:
         """Why qsplus cannot plan ``workload`` ("" when it can): it needs a view of 2+ attributes."""
-        if not any(len(v.attrs) >= 2 for v in workload.views):
-            return "has no view of 2 or more attributes (qsplus is qs there)"
+        if not marginal_view_attrs(workload, max_view_size=len(workload.schema)):
+            return "has no view of 2 or more attributes of size above 1 (qsplus is qs there)"
         return ""
 
     @staticmethod

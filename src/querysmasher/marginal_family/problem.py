@@ -37,7 +37,7 @@ from ..families import gram_1d
 from ..workload import Workload
 from .basis import attribute_basis, from_residual, subset_dim, to_residual, view_coords
 
-__all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "marginal_view_attrs", "workload_residual_gram"]
+__all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "informative_attrs", "marginal_view_attrs", "workload_residual_gram"]
 
 
 def workload_residual_gram(workload: Workload, attrs: tuple[int, ...]) -> np.ndarray:
@@ -314,9 +314,16 @@ def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
     return True
 
 
+def informative_attrs(sizes: tuple[int, ...], attrs: tuple[int, ...]) -> tuple[int, ...]:
+    """The attributes of ``attrs`` of size above 1 (the others hold one value: a marginal over them
+    is the marginal over the rest)."""
+    return tuple(a for a in attrs if sizes[a] > 1)
+
+
 def marginal_view_attrs(workload: Workload, max_view_size: int = 2, max_view_cells: int | None = None) -> list[tuple[int, ...]]:
     """The attribute sets that get marginal mechanisms: the workload's sets of 2..``max_view_size``
-    attributes and at most ``max_view_cells`` cells (None: any) not inside another such set.
+    attributes of size above 1 (:func:`informative_attrs`) and at most ``max_view_cells`` cells
+    (None: any) not inside another such set.
 
     >>> from querysmasher.schema import parse_schema
     >>> from querysmasher.workload import parse_workload
@@ -324,7 +331,9 @@ def marginal_view_attrs(workload: Workload, max_view_size: int = 2, max_view_cel
     [(0, 1), (0, 2), (1, 2)]
     """
     sizes = workload.schema.sizes
-    attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
+    # an attribute of size 1 is constant: a view's marginal is its other attributes' (no residual
+    # coordinate involves it), so the family's view is over those
+    attr_sets = sorted({informative_attrs(sizes, v.attrs) for v in workload.views}, key=lambda a: (len(a), a))
     cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size
             and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)]
     return [a for a in cand if not any(set(a) < set(b) for b in cand)]
