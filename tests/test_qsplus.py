@@ -293,7 +293,7 @@ def test_the_time_budget_holds_inside_a_round(monkeypatch):
     a large problem), and what it returns is still a feasible point with a valid bound. The clock is
     simulated: each objective evaluation takes one second of it, so the test does not depend on the
     machine."""
-    from querysmasher.marginal_family import optimize
+    from querysmasher.marginal_family import deadline, optimize
 
     class Clock:
         now = 0.0
@@ -305,6 +305,7 @@ def test_the_time_budget_holds_inside_a_round(monkeypatch):
     _, pr, (f, t, tau) = _qs_start("synthetic:n=4,d=3", "range:1+affine:2+prefix:3")
     start, _ = certificate(pr, f, t, tau)
     monkeypatch.setattr(optimize, "time", clock)
+    monkeypatch.setattr(deadline, "time", clock)
     started = []  # the clock at the start of each evaluation
     real = optimize._Param.fun
 
@@ -341,3 +342,62 @@ def test_auto_descent_takes_truncated_newton_when_the_krylov_basis_would_not_fit
     monkeypatch.setattr(scipy.optimize, "minimize", recording)
     p = plan("synthetic:n=3,d=2", "affine:2", target_gap=1e-5, tie=False, optimiser_options={"method": "auto"})
     assert "trust-krylov" not in methods and p.gap <= 1e-5 and p.rmse <= p.qs_rmse
+
+
+# the three solver paths of the planner: the symmetric reduction, the general descent, the restricted descent
+_PATHS = [("synthetic:n=3,d=3", "affine:2", None), ("skewed", "abs:2", None), ("skewed", "abs:2", {"method": "restricted"})]
+
+
+@pytest.mark.parametrize("schema, workload, options", _PATHS)
+def test_a_time_limit_already_passed_returns_the_folded_qs_start(schema, workload, options, skewed):
+    """Every phase checks the time limit before it starts: with the limit gone by the time ``qs`` is
+    planned, no solver runs and the plan is the folded ``qs`` start, valid, noted, with gap 1."""
+    p = plan(skewed if schema == "skewed" else schema, workload, max_seconds=1e-9, optimiser_options=options)
+    assert p.iterations == 0 and p.lower_bound == 0.0 and p.gap == 1.0
+    assert any("time limit" in n for n in p.notes), p.notes
+    assert p.total_variance <= p.qs_total_variance * (1 + 1e-9)
+    assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9) and p.privacy_cost() <= 1.0
+
+
+@pytest.mark.parametrize("schema, workload, options", _PATHS[1:])
+def test_the_time_limit_holds_inside_every_descent(schema, workload, options, skewed, monkeypatch):
+    """With a simulated clock on which every objective evaluation takes one second, the descents
+    stop at the limit wherever they are: the evaluations after it are only those that certify and
+    fill the best point (a few), and the point returned is feasible with a valid bound."""
+    from querysmasher.marginal_family import active_newton, deadline, optimize, planner, problem, restricted
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    for module in (active_newton, deadline, optimize, planner, restricted):
+        monkeypatch.setattr(module, "time", clock)
+    started = []
+    real = problem.MarginalProblem.evaluate
+
+    def one_second(self, *args, **kwargs):
+        started.append(clock.now)
+        clock.now += 1.0
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(problem.MarginalProblem, "evaluate", one_second)
+    limit = 40.0
+    p = plan(skewed, workload, max_seconds=limit, target_gap=1e-12, optimiser_options=options)
+    after = [t for t in started if t >= limit]
+    assert sum(t < limit for t in started) >= 30 and len(after) <= 10, (len(started), after)
+    assert any("time limit (40 s) passed" in n for n in p.notes), p.notes
+    assert 0 < p.lower_bound <= p.total_variance <= p.qs_total_variance * (1 + 1e-9)
+    assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9) and p.privacy_cost() <= 1.0
+
+
+@pytest.mark.parametrize("schema, workload", [("skewed", "marginal:2"), ("skewed", "marginal:1,2"), ("synthetic:n=3,d=3", "marginal:2")])
+def test_a_workload_the_family_cannot_improve_stays_at_qs(schema, workload, skewed):
+    """Marginal workloads: the residual mechanisms are already optimal over the family, so qsplus
+    certifies qs's own value (never above it), whichever solver path the schema takes."""
+    p = plan(skewed if schema == "skewed" else schema, workload, target_gap=1e-4)
+    assert p.total_variance <= p.qs_total_variance * (1 + 1e-9)
+    assert p.total_variance == pytest.approx(p.qs_total_variance, rel=1e-4) and p.gap <= 1e-4
+    assert 0 < p.lower_bound <= p.total_variance

@@ -24,20 +24,21 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
+from .deadline import Timed, TimeLimit, past
 from .problem import MarginalProblem
 
 __all__ = ["certificate", "sdp_upper", "maxcut_upper"]
 
 
 def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool = False, extra=(), basis: np.ndarray | None = None,
-              projected: np.ndarray | None = None) -> float:
+              projected: np.ndarray | None = None, deadline: float | None = None) -> float:
     """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring) at a point
     with correlation matrix ``c``; ``extra``: more positive diagonals L to try (a solver's cost
     multipliers); ``polish``: also :func:`maxcut_upper`'s smoothed descent from the best L found.
     ``basis``: orthonormal columns R; the maximum is then over X = R S R^T only (range in R),
     bounded through R^T D R <= lambda R^T L R, so lambda_max is that of the pencil on R.
     ``projected``: R^T D R itself, with ``c`` the point's Gram in R's coordinates (S, any scale);
-    then no N x N matrix is formed."""
+    then no N x N matrix is formed. ``deadline``: the polish stops there (:func:`maxcut_upper`)."""
     best = math.inf
     if projected is not None:
         if basis is None:
@@ -85,12 +86,12 @@ def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool
         lam = np.maximum(np.sqrt(lam * target), floor)
         best = min(best, max(top_ratio(lam), 0.0) * float(lam.sum()))
     if polish and best_lam is not None:
-        best = min(best, maxcut_upper(d, best_lam, basis=basis, projected=projected))
+        best = min(best, maxcut_upper(d, best_lam, basis=basis, projected=projected, deadline=deadline))
     return best
 
 
 def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int = 400, basis: np.ndarray | None = None,
-                 projected: np.ndarray | None = None) -> float:
+                 projected: np.ndarray | None = None, deadline: float | None = None) -> float:
     """An upper bound on s(D) = max{<D, X> : X PSD, diag X <= 1} for a symmetric D with a
     non-negative diagonal (then the maximum is attained with diag X = 1, and weak duality gives
     s(D) <= psi(mu) = sum(mu) + N lambda_max(D - Diag mu) for *every* mu; min over mu is s(D)).
@@ -104,7 +105,8 @@ def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int
     ``basis``: orthonormal columns R (N x r); the maximum is then over X = R S R^T only, and
     <D, X> = <D - Diag mu, X> + <mu, diag X> <= N max(lambda_max(R^T (D - Diag mu) R), 0) + sum(mu)
     for every mu >= 0 (tr X <= N): psi is that, over r x r matrices, with mu kept non-negative.
-    ``projected``: R^T D R itself (then ``d`` is not needed: N x N is never formed)."""
+    ``projected``: R^T D R itself (then ``d`` is not needed: N x N is never formed). ``deadline``:
+    the descent stops there (every psi evaluated is a bound: the least so far is returned)."""
     if projected is not None:
         if basis is None:
             raise ValueError("projected needs basis")
@@ -147,15 +149,23 @@ def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int
         bounds = [(0.0, None)] * n
     best = psi(mu)
     for t in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
-        r = scipy.optimize.minimize(smoothed, mu, args=(t * scale,), jac=True, method="L-BFGS-B", bounds=bounds,
-                                    options={"maxiter": max_iterations})
-        if np.all(np.isfinite(r.x)):
-            mu = r.x if basis is None else np.maximum(r.x, 0.0)
+        fun = Timed(smoothed, deadline)
+        try:
+            r = scipy.optimize.minimize(fun, mu, args=(t * scale,), jac=True, method="L-BFGS-B", bounds=bounds,
+                                        options={"maxiter": max_iterations})
+            x, stop = r.x, False
+        except TimeLimit:
+            x, stop = fun.best_x, True
+        if x is not None and np.all(np.isfinite(x)):
+            mu = x if basis is None else np.maximum(x, 0.0)
             best = min(best, psi(mu))
+        if stop:
+            break
     return max(best, 0.0)
 
 
-def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float, polish: bool = False) -> tuple[float, float]:
+def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float, polish: bool = False,
+              deadline: float | None = None) -> tuple[float, float]:
     """(f at the point, the dual bound from Phi = X_d^-1 G X_d^-1 at X_d = X + delta t I per view;
     ``polish``: each s(D_g) by :func:`maxcut_upper` too)."""
     ys, cs = [], []
@@ -173,14 +183,15 @@ def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float, poli
     for k in range(len(factors)):
         d = -problem.cell_gram(k, ev.grads[k])
         d = (d + d.T) / 2
-        mu = max(mu, sdp_upper(d, cs[k], polish=polish) / mult)
+        mu = max(mu, sdp_upper(d, cs[k], polish=polish, deadline=deadline) / mult)
     if mu <= 0 or not math.isfinite(mu):
         return ev.f, 0.0
     return ev.f, (marg + math.sqrt(lres * mu)) ** 2 / mu
 
 
 def certificate(problem: MarginalProblem, factors: list[np.ndarray], shares: np.ndarray, tau: float,
-                deltas=(0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3), polish: bool = False) -> tuple[float, float]:
+                deltas=(0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3), polish: bool = False,
+                deadline: float | None = None) -> tuple[float, float]:
     """(objective, certified lower bound on the family's optimum) at a point.
 
     Weak duality: for any PSD Phi over the domain and any feasible X', f_marg(X') >= 2 T - tr(Phi X')
@@ -191,15 +202,19 @@ def certificate(problem: MarginalProblem, factors: list[np.ndarray], shares: np.
     slightly regularised copy of the current point (X + delta t I, a few deltas) avoids the blow-up
     of the gradient along directions where X is nearly singular. ``polish``: the delta whose bound
     is best is evaluated again with every s(D_g) polished by :func:`maxcut_upper` (seconds per
-    view of a few hundred cells)."""
+    view of a few hundred cells). Past ``deadline`` (a ``time.perf_counter()`` time) no further
+    delta and no polish is tried (the first delta, 0, always is): the bound is the best of those
+    computed, still valid."""
     obj = None
     best, best_delta = 0.0, None
-    for delta in deltas:
+    for i, delta in enumerate(deltas):
+        if i and past(deadline):
+            break
         f, low = _bound_at(problem, factors, shares, tau, delta)
         if delta == 0.0:
             obj = f
         if low > best:
             best, best_delta = low, delta
-    if polish and best_delta is not None:
-        best = max(best, _bound_at(problem, factors, shares, tau, best_delta, polish=True)[1])
+    if polish and best_delta is not None and not past(deadline):
+        best = max(best, _bound_at(problem, factors, shares, tau, best_delta, polish=True, deadline=deadline)[1])
     return obj, min(best, obj)

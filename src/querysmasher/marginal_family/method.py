@@ -15,7 +15,8 @@ OPTIONS = (
            open_high=True),
     Option("max_view_cells", "int", "views of more cells keep their qs mechanisms (default: chosen from the schema)",
            low=1, none=True),
-    Option("max_seconds", "number", "time limit of the descent, in seconds (default 3,600)", low=0, open_low=True),
+    Option("max_seconds", "number", "time limit of the plan (the qs start included), in seconds: when it passes, the "
+           "best certified point is returned with its gap (default 3,600)", low=0, open_low=True),
     Option("max_view_size", "int", "views of 2..this many attributes get a marginal-space mechanism (default 2)",
            low=2),
     Option("max_iterations", "int", "iteration limit of the descent (default 20,000)", low=1),

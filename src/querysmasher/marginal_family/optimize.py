@@ -26,6 +26,7 @@ import scipy.optimize
 
 from .basis import subset_dim, to_residual
 from .certificate import certificate
+from .deadline import TimeLimit, Timed, past
 from .problem import MarginalProblem
 from ..threads import at_most
 import itertools
@@ -125,14 +126,16 @@ def filled_correlation(x: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def least_mixed(problem: MarginalProblem, corrs: list[np.ndarray], shares, tau: float,
-                mixes=(JITTER, 1e-8, 1e-7, 1e-6)) -> tuple[float, list[np.ndarray] | None, list[np.ndarray] | None]:
+                mixes=(JITTER, 1e-8, 1e-7, 1e-6), deadline: float | None = None) -> tuple[float, list[np.ndarray] | None, list[np.ndarray] | None]:
     """(f, mixed correlations, their Cholesky factors) of unit-diagonal correlations ``corrs`` (one
     per block, block k's Gram shares[k] C_k) mixed with a little of the identity (the unit diagonal,
     so the cost, kept): an optimum singular to rounding needs it to be factored; the least
     objective over ``mixes`` is kept (it grows with the mix once finite). (inf, None, None) when no
-    mix gives a finite objective."""
+    mix gives a finite objective. Past ``deadline``, the first finite mix is kept."""
     best = (math.inf, None, None)
     for mix in mixes:
+        if math.isfinite(best[0]) and past(deadline):
+            break
         try:
             cs = [(1 - mix) * c + mix * np.eye(len(c)) for c in corrs]
             fs = [np.linalg.cholesky(c) for c in cs]
@@ -264,29 +267,6 @@ def optimise(
         return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
 
 
-class _TimeUp(Exception):
-    """The descent's time budget ran out inside a round."""
-
-
-class _Timed:
-    """An objective under a deadline: every evaluation first checks the clock and raises
-    :class:`_TimeUp` once it has passed (one L-BFGS or trust-region round can run for many minutes on
-    a large problem, so a budget checked only between rounds is not a budget); the lowest point
-    evaluated so far is kept, for the descent to continue from or stop at."""
-
-    def __init__(self, fun, deadline: float):
-        self.fun, self.deadline = fun, deadline
-        self.best_value, self.best_x = math.inf, None
-
-    def __call__(self, x):
-        if time.perf_counter() > self.deadline:
-            raise _TimeUp
-        value, grad = self.fun(x)
-        if value < self.best_value:
-            self.best_value, self.best_x = value, np.array(x, copy=True)
-        return value, grad
-
-
 @dataclass
 class _Result:
     x: np.ndarray
@@ -361,9 +341,9 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
     stalls = 0
     while True:
         _, fs, s, t, tau_ = par.point(x)
-        obj, low = certificate(problem, [f for f, _ in fs], t, tau_)
+        obj, low = certificate(problem, [f for f, _ in fs], t, tau_, deadline=t0 + max_seconds)
         if (obj - low) > target_gap * obj and (obj - low) <= POLISH_GAP * obj:  # near: the diagonal heuristics may be what is left
-            obj, low = certificate(problem, [f for f, _ in fs], t, tau_, polish=True)
+            obj, low = certificate(problem, [f for f, _ in fs], t, tau_, polish=True, deadline=t0 + max_seconds)
         # any point's bound bounds the optimum: keep the best bound and the best point
         if best is None or obj < best[0]:
             best = (obj, max(low, best[1]) if best else low, x.copy())
@@ -398,7 +378,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
                 newton_turn = not newton_turn
         par.mu = mu
         how = method if method != "auto" else ((_second_order(x.size)) if newton_turn else "lbfgs")
-        fun = _Timed(par.fun, t0 + max_seconds)
+        fun = Timed(par.fun, t0 + max_seconds)
         try:
             if how == "lbfgs":
                 r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
@@ -411,7 +391,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
                     return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
                 r = scipy.optimize.minimize(fun, x, jac=True, hessp=hessp, method=how,
                                             options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
-        except _TimeUp:  # the budget ran out mid-round: certify the lowest point it evaluated, then stop
+        except TimeLimit:  # the budget ran out mid-round: certify the lowest point it evaluated, then stop
             log.info("qsplus: the time budget (%.0f s) ran out inside a %s round", max_seconds, how)
             r = _Result(fun.best_x if fun.best_x is not None else x, 0, "time budget")
         log.debug("round: mu %.3g, %d iterations, %s", mu, r.nit, r.message)
@@ -428,6 +408,6 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
             o += n
     _, fs, s, t, tau_ = par.point(best[2])
     low = history[-1][2]
-    if (best[0] - low) > target_gap * best[0]:  # the best point's bound, polished once
+    if (best[0] - low) > target_gap * best[0] and not past(t0 + max_seconds):  # the best point's bound, polished once
         low = max(low, certificate(problem, [f for f, _ in fs], t, tau_, polish=True)[1])
     return Solution([f for f, _ in fs], t, tau_, best[0], min(low, best[0]), it, time.perf_counter() - t0, history)

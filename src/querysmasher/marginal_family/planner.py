@@ -33,6 +33,7 @@ from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
 from . import restricted, symmetric
+from .deadline import TimeLimit, check_deadline
 from .symmetric_polish import polish_restricted
 from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, filled_correlation, least_mixed, optimise, start_from_residual_plan
 from .problem import MarginalProblem, build_problem, marginal_view_attrs
@@ -173,7 +174,10 @@ def plan(
     every pair), "symmetric" insists on it; on an untied problem with views of more than 400 cells
     whose tops the workload spans only in part (affine or abs pairs of the paper's Table 3), and
     where it kept an uneven schema's many large views residual (Adult, Loans), "auto" runs the
-    restricted descent of :mod:`.restricted`, "restricted" insists on it."""
+    restricted descent of :mod:`.restricted`, "restricted" insists on it. ``max_seconds``: every
+    phase stops once this many seconds have passed since the call (checked between views and
+    inside every solver round); the best certified point is returned with the gap it reached (the
+    folded ``qs`` start, gap 1, when no phase had one), noted."""
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
@@ -208,40 +212,59 @@ def plan(
     start_low = 0.0
     if start_obj > qs_tv * (1 + 1e-9):
         notes.append(f"the folded qs start has objective {start_obj:.8g} above qs {qs_tv:.8g}")
-    sol = None
-    if how in ("auto", "symmetric"):
-        why = symmetric.applies(problem)
-        if why and how == "symmetric":
-            raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
-        if not why:
-            reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=max_seconds - (time.perf_counter() - t0))
-            if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
-                exact, _ = _symmetric_solution(problem, solver="CLARABEL")  # SCS missed the target: the interior point method
-                low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
-                reduced = exact if exact.objective < reduced.objective else reduced
-                reduced.lower_bound = min(reduced.objective, low)
-            if reduced.gap <= target_gap:
-                sol = reduced
-            elif restricted:  # the optimum in practice, its certificate loose: the descent would not do better
-                notes.append(f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
-                             f"workload's span; certified gap {reduced.gap:.2e} only")
-                sol = reduced
-            elif problem.views[0].cells > symmetric.INTERIOR_MAX_CELLS:  # the descent is far slower here
-                notes.append(f"the symmetric reduction (first-order solver) stopped at certified gap {reduced.gap:.2e}")
-                sol = reduced
-            else:
-                notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
-                start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
-        options.pop("method", None)
-    if how == "restricted" and problem.tied:
-        raise InputError("optimiser method", how, f"is for untied problems; {workload.spec} over {schema.name} shares one mechanism across its views")
-    if sol is None and (how == "restricted" or how == "auto" and _restricted_pays(problem, capped)):
-        sol = _restricted_solution(problem, residual_plan, target_gap=target_gap, max_seconds=max_seconds - (time.perf_counter() - t0))
-        options.pop("method", None)
-        notes.append("optimised by the restricted descent (each view's top kept to its workload's span) and its Newton steps")
+    sol = fallback = None  # fallback: a certified point that missed the target, kept if time runs out
+    deadline = t0 + max_seconds  # every phase stops at it with the best certified point it has
+    try:
+        if how in ("auto", "symmetric"):
+            why = symmetric.applies(problem)
+            if why and how == "symmetric":
+                raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
+            if not why:
+                check_deadline(deadline)
+                reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=deadline - time.perf_counter())
+                if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
+                    fallback = reduced
+                    check_deadline(deadline)
+                    # SCS missed the target: the interior point method
+                    exact, _ = _symmetric_solution(problem, solver="CLARABEL", max_seconds=deadline - time.perf_counter())
+                    low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
+                    reduced = exact if exact.objective < reduced.objective else reduced
+                    reduced.lower_bound = min(reduced.objective, low)
+                fallback = reduced
+                if reduced.gap <= target_gap:
+                    sol = reduced
+                elif restricted:  # the optimum in practice, its certificate loose: the descent would not do better
+                    notes.append(f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
+                                 f"workload's span; certified gap {reduced.gap:.2e} only")
+                    sol = reduced
+                elif problem.views[0].cells > symmetric.INTERIOR_MAX_CELLS:  # the descent is far slower here
+                    notes.append(f"the symmetric reduction (first-order solver) stopped at certified gap {reduced.gap:.2e}")
+                    sol = reduced
+                else:
+                    notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
+                    start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
+            options.pop("method", None)
+        if how == "restricted" and problem.tied:
+            raise InputError("optimiser method", how, f"is for untied problems; {workload.spec} over {schema.name} shares one mechanism across its views")
+        descended = False
+        if sol is None and (how == "restricted" or how == "auto" and _restricted_pays(problem, capped, deadline)):
+            sol, low = _restricted_solution(problem, residual_plan, target_gap=target_gap, deadline=deadline)
+            start_low = max(start_low, low)  # a bound on the same optimum
+            descended = True
+            options.pop("method", None)
+            if sol is not None:
+                notes.append("optimised by the restricted descent (each view's top kept to its workload's span) and its Newton steps")
+        if sol is None and not descended:
+            check_deadline(deadline)
+            sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=deadline - time.perf_counter(),
+                           max_iterations=max_iterations, **options)
+    except TimeLimit:
+        sol = fallback
+    if time.perf_counter() > deadline:
+        notes.append(f"the time limit ({max_seconds:g} s) passed: the best certified point is returned"
+                     + ("" if sol is not None else " (the folded qs start)"))
     if sol is None:
-        sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=max_seconds, max_iterations=max_iterations,
-                       **options)
+        sol = Solution(factors, shares, tau, start_obj, start_low, 0, 0.0, [(0, start_obj, start_low)])
     t3 = time.perf_counter()
     if sol.objective > start_obj:  # never end above the start
         sol = Solution(factors, shares, tau, start_obj, max(start_low, sol.lower_bound), sol.iterations, sol.seconds, sol.history)
@@ -284,7 +307,7 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
 
     def accept(sol: symmetric.SymmetricSolution) -> bool:
         if sol.restricted:
-            sol = polish_restricted(problem, sol)
+            sol = polish_restricted(problem, sol, max_seconds=None if max_seconds is None else max_seconds - (time.perf_counter() - t0))
         f, c = _filled_point(problem, sol.gram)
         if f < best["f"] or best["c"] is None:
             best.update(f=f, c=c)
@@ -327,7 +350,7 @@ def default_family_cells(workload: Workload) -> list[int]:
     return [math.prod(sizes[i] for i in a) for a in marginal_view_attrs(workload, 2, cap)]
 
 
-def _restricted_pays(problem: MarginalProblem, capped: bool = False) -> bool:
+def _restricted_pays(problem: MarginalProblem, capped: bool = False, deadline: float | None = None) -> bool:
     """Whether "auto" runs the restricted descent: an untied problem with a view beyond the cells the
     cell-basis descent handles, whose tops the restriction shrinks to at most RESTRICT_BELOW, or one
     whose large views "auto" kept residual (``capped``: Adult's and Loans' 400-cell families, 28-44
@@ -336,20 +359,26 @@ def _restricted_pays(problem: MarginalProblem, capped: bool = False) -> bool:
     if problem.tied:
         return False
     return capped or (max(v.cells for v in problem.views) > SINGLE_THREAD_CELLS
-                      and restricted.kept_fraction(problem) <= RESTRICT_BELOW)
+                      and restricted.kept_fraction(problem, deadline) <= RESTRICT_BELOW)
 
 
-def _restricted_solution(problem: MarginalProblem, residual_plan: Plan, *, target_gap: float, max_seconds: float) -> Solution:
-    """The restricted descent of :mod:`.restricted` (every view's top kept to its workload's span)
+def _restricted_solution(problem: MarginalProblem, residual_plan: Plan, *, target_gap: float,
+                         deadline: float) -> tuple[Solution | None, float]:
+    """(The restricted descent of :mod:`.restricted` (every view's top kept to its workload's span)
     as a :class:`~.optimize.Solution` in the plan's form: per view the unit-diagonal factor of its
-    cell Gram, the diagonal filled up to the view's cost; objective evaluated on the whole problem."""
+    cell Gram, the diagonal filled up to the view's cost; objective evaluated on the whole problem,
+    its certified bound). The solution is None when the descent kept its start (the folded ``qs``
+    plan, which the planner has already: turning it back into cell factors takes long on large
+    views). :class:`~.optimize.TimeLimit` when ``deadline`` passes before the start is built."""
     t0 = time.perf_counter()
-    rp, kept = restricted.restrict(problem)
-    start = restricted.restricted_start(problem, rp, kept, residual_plan)
-    best = restricted.descend(rp, start, max_seconds=max(max_seconds, 1.0), target_gap=target_gap)
-    f, factors, shares = restricted.cell_factors(problem, rp, best)
+    rp, kept = restricted.restrict(problem, deadline)
+    start = restricted.restricted_start(problem, rp, kept, residual_plan, deadline)
+    best = restricted.descend(rp, start, max_seconds=deadline - time.perf_counter(), target_gap=target_gap)
+    if best.ys is start.ys:
+        return None, best.lower_bound
+    f, factors, shares = restricted.cell_factors(problem, rp, best, deadline)
     low = min(best.lower_bound, f)
-    return Solution(factors, shares, best.tau, f, low, 0, time.perf_counter() - t0, [(0, f, low)])
+    return Solution(factors, shares, best.tau, f, low, 0, time.perf_counter() - t0, [(0, f, low)]), low
 
 
 def _filled_point(problem: MarginalProblem, gram: np.ndarray) -> tuple[float, np.ndarray]:

@@ -45,6 +45,7 @@ import scipy.optimize
 from .active_newton import UnionSpace, newton_steps
 from .basis import view_basis
 from .certificate import sdp_upper
+from .deadline import TimeLimit, Timed, check_deadline, past
 from .optimize import JITTER, filled_correlation, folded_tau, folded_view, least_mixed, truncated_newton
 from .problem import MarginalProblem, MarginalView, WorkloadBlock
 
@@ -67,35 +68,38 @@ def _kept_top(gtt: np.ndarray) -> np.ndarray:
     return v[:, keep]
 
 
-def kept_tops(problem: MarginalProblem) -> list[np.ndarray]:
+def kept_tops(problem: MarginalProblem, deadline: float | None = None) -> list[np.ndarray]:
     """Per view, the kept top's columns Rt (computed once per problem: an eigendecomposition of
-    each top's workload Gram, a minute at 10,000 cells; views sharing queries share it)."""
+    each top's workload Gram, a minute at 10,000 cells; views sharing queries share it).
+    :class:`~.optimize.TimeLimit` once ``deadline`` passes (checked between views)."""
     cached = getattr(problem, "_kept_tops", None)
     if cached is None:
         by_gram: dict[int, np.ndarray] = {}
         for v in problem.views:
             if id(v.gtt) not in by_gram:
+                check_deadline(deadline)
                 by_gram[id(v.gtt)] = _kept_top(v.gtt)
         cached = [by_gram[id(v.gtt)] for v in problem.views]
         problem._kept_tops = cached
     return cached
 
 
-def kept_fraction(problem: MarginalProblem) -> float:
-    """Kept top coordinates over all top coordinates of the (untied) problem's views."""
+def kept_fraction(problem: MarginalProblem, deadline: float | None = None) -> float:
+    """Kept top coordinates over all top coordinates of the (untied) problem's views (``deadline``:
+    as for :func:`kept_tops`)."""
     tops = sum(len(v.top) for v in problem.views)
-    return sum(rt.shape[1] for rt in kept_tops(problem)) / max(tops, 1)
+    return sum(rt.shape[1] for rt in kept_tops(problem, deadline)) / max(tops, 1)
 
 
-def restrict(problem: MarginalProblem) -> tuple[MarginalProblem, list[np.ndarray]]:
+def restrict(problem: MarginalProblem, deadline: float | None = None) -> tuple[MarginalProblem, list[np.ndarray]]:
     """(The restricted problem, per view the kept top's columns Rt in the view's top coordinates).
 
     Every view's coordinates become [its low positions, Rt's columns]; its ``basis`` holds their
     cell-basis vectors; the workload blocks are compressed to the same coordinates. Untied problems
-    only (a tied one goes to :mod:`.symmetric`)."""
+    only (a tied one goes to :mod:`.symmetric`). ``deadline``: as for :func:`kept_tops`."""
     if problem.tied:
         raise ValueError("restrict() is for untied problems (tied all-pairs problems have the symmetric reduction)")
-    kept = kept_tops(problem)
+    kept = kept_tops(problem, deadline)
     views = []
     for v, rt in zip(problem.views, kept):
         nl, k = len(v.low), rt.shape[1]
@@ -165,12 +169,14 @@ def restricted_gram(view: MarginalView, rt: np.ndarray, y: np.ndarray) -> np.nda
     return (out + out.T) / 2
 
 
-def restricted_start(problem: MarginalProblem, rp: MarginalProblem, kept: list[np.ndarray], residual_plan) -> RestrictedPoint:
+def restricted_start(problem: MarginalProblem, rp: MarginalProblem, kept: list[np.ndarray], residual_plan,
+                     deadline: float | None = None) -> RestrictedPoint:
     """The ``qs`` plan folded into the family (:func:`.optimize.folded_view`, one view at a time)
     and restricted: each view's Schur complement on its kept coordinates (the same objective, no
-    more cost), scaled to cost 1."""
+    more cost), scaled to cost 1. :class:`~.optimize.TimeLimit` once ``deadline`` passes."""
     ys = []
     for k, (v, rt) in enumerate(zip(problem.views, kept)):
+        check_deadline(deadline)
         yrr = restricted_gram(v, rt, folded_view(problem, residual_plan, k))
         # a positive definite start (the descent factors it): a little of the identity, JITTER of the cost
         ys.append(yrr + JITTER * _view_cost(rp.views[k], yrr) * np.eye(len(yrr)))
@@ -275,14 +281,15 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
     temperature's point scaled to cost 1 and certified by :func:`bound`, then (``active_newton``)
     Newton steps with its active cells held equal (:func:`.active_newton.newton_steps`) from the
     best point, certified too; the best point and the best bound are kept (every bound bounds the
-    same optimum). Stops once the gap is at most ``target_gap`` or ``max_seconds`` have passed."""
+    same optimum). Stops once the gap is at most ``target_gap`` or ``max_seconds`` have passed
+    (checked inside every phase: the point certified last is returned)."""
     t0 = time.perf_counter()
+    deadline = t0 + max_seconds
     obj = _Smoothed(rp)
     union = UnionSpace(rp) if active_newton else None
-    best = bound(rp, start)
+    best = bound(rp, start, deadline=deadline)
     log.info("qsplus restricted: start objective %.10g, bound %.10g, gap %.2e", best.objective, best.lower_bound, best.gap)
     x = obj.pack(best.ys, best.tau)
-    deadline = t0 + max_seconds
     for rel in temperatures:
         if best.gap <= target_gap or time.perf_counter() > deadline:
             break
@@ -290,11 +297,7 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
         obj.temps = rel * np.maximum(_cell_costs(rp, ys), 1e-300)
         obj.mu = rel * barrier / obj.size  # the barrier's share of the gap: about rel
 
-        def fun(z, _obj=obj):
-            if time.perf_counter() > deadline:
-                raise TimeoutError
-            return _obj(z)
-
+        fun = Timed(obj, deadline)
         try:
             res = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
                                           options={"maxiter": iterations_per_temperature, "maxcor": 30, "gtol": 1e-14, "ftol": 1e-16})
@@ -306,12 +309,14 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
                 if np.all(np.isfinite(r.x)):
                     x = r.x
                 nit, msg = nit + r.nit, f"{msg}; newton {r.message}"
-        except TimeoutError:
+        except TimeLimit:  # the lowest point the round evaluated is certified, then the descent stops
             nit, msg = -1, "time limit"
+            if fun.best_x is not None and fun.best_value < math.inf:
+                x = fun.best_x
         ys, tau = _normalised(rp, *obj.point(x))
         # s(D_g) polished at every temperature: the diagonal heuristics alone left 0.26 of CPS's
         # objective (its nine pairs of at most 700 cells, temperature 1e-2) where the polish left 0.019
-        pt = bound(rp, RestrictedPoint(ys, tau), extra=obj.weights(x), polish=True)
+        pt = bound(rp, RestrictedPoint(ys, tau), extra=obj.weights(x), polish=True, deadline=deadline)
         best = _better(best, pt)
         log.info("qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
                  rel, nit, msg, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
@@ -341,14 +346,15 @@ def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSp
     if res is None or not res.steps:  # too large, or no step found a decrease: the descent goes on without
         log.info("qsplus restricted: no Newton step%s", "" if res is None else f" ({res.message})")
         return best, None
-    pt = bound(rp, RestrictedPoint(res.ys, res.tau), extra=res.weights, polish=True)
+    pt = bound(rp, RestrictedPoint(res.ys, res.tau), extra=res.weights, polish=True, deadline=deadline)
     best = _better(best, pt)
     log.info("qsplus restricted: %d Newton steps (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
              res.steps, res.message, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
     return best, union
 
 
-def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish: bool = False, extra=None) -> RestrictedPoint:
+def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish: bool = False, extra=None,
+          deadline: float | None = None) -> RestrictedPoint:
     """``point`` (cost 1) with its objective and the best certified bound over ``deltas``: for the
     regularised point Y_g + delta t_g I (t_g: the view's cost), f_marg(Y') >= 2 f_marg - sum_g <D_g, Y'_g>
     for every feasible Y' (convexity, degree -1), D_g minus the gradient in the kept coordinates, and
@@ -356,7 +362,8 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
     residual-only part as in :func:`.certificate.certificate`. ``polish``: s(D_g) by
     :func:`.certificate.maxcut_upper` too, at the best delta only, from the view with the largest
     bound down while a view's heuristic bound exceeds the largest polished one (the maximum over
-    views is what counts)."""
+    views is what counts). Past ``deadline`` no further delta and no polish is tried (the first
+    delta always is): the bound is the best of those computed, still valid."""
     costs = _cell_costs(rp, point.ys)
     lres = rp.residual_loss
     f0 = math.inf
@@ -379,30 +386,34 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
             for i, k in enumerate(order):
                 if heur[k] <= polished:
                     break
-                polished = max(polished, min(heur[k], sdp_upper(None, ys[k], polish=True, basis=rp.views[k].basis, projected=-ev.grads[k], extra=more[k])))
+                polished = max(polished, min(heur[k], sdp_upper(None, ys[k], polish=True, basis=rp.views[k].basis, projected=-ev.grads[k], extra=more[k],
+                                                              deadline=deadline)))
             mu = polished
         if mu <= 0 or not math.isfinite(mu):
             return 0.0
         return (marg + math.sqrt(lres * mu)) ** 2 / mu
 
     best, best_delta = 0.0, None
-    for delta in deltas:
+    for i, delta in enumerate(deltas):
+        if i and past(deadline):
+            break
         low = at(delta, False)
         if low > best:
             best, best_delta = low, delta
-    if polish and best_delta is not None:
+    if polish and best_delta is not None and not past(deadline):
         best = max(best, at(best_delta, True))
     return RestrictedPoint(point.ys, point.tau, f0, min(best, f0))
 
 
-def cell_factors(problem: MarginalProblem, rp: MarginalProblem, point: RestrictedPoint) -> tuple[float, list[np.ndarray], np.ndarray]:
+def cell_factors(problem: MarginalProblem, rp: MarginalProblem, point: RestrictedPoint,
+                 deadline: float | None = None) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(Objective evaluated on the full problem, per view the unit-diagonal factor F of its cell
     Gram with the diagonal filled up to its cost, per view its cost t) of a restricted point: the
     plan's form (X_g = t_g F F^T), by :func:`.optimize.filled_correlation` and
-    :func:`.optimize.least_mixed`."""
+    :func:`.optimize.least_mixed` (``deadline``: as there)."""
     filled = [filled_correlation(rp.cell_gram(k, y)) for k, y in enumerate(point.ys)]
     shares = np.array([t for _, t in filled])
-    f, _, factors = least_mixed(problem, [c for c, _ in filled], shares, point.tau)
+    f, _, factors = least_mixed(problem, [c for c, _ in filled], shares, point.tau, deadline=deadline)
     if factors is None:
         raise np.linalg.LinAlgError("the restricted optimum has no finite filled point")
     return f, factors, shares

@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from ..linalg import psd_power
 from .basis import view_basis
 from .certificate import sdp_upper
+from .deadline import TimeLimit
 from .problem import MarginalProblem, workload_residual_gram
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 4
 SCS_LARGE_OPTIONS = {"eps_abs": 1e-5, "eps_rel": 1e-5, "max_iters": 50000}  # restricted beyond 400 cells, then polished
 SCS_TIGHTER_OPTIONS = {"eps_abs": 3e-6, "eps_rel": 3e-6, "max_iters": 50000}  # warm-started again when that misses the target,
 SCS_TIGHT_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # then at 1e-6 if that misses it too
+TIME_LIMIT_OPTION = {"SCS": "time_limit_secs", "CLARABEL": "time_limit"}  # each solver's name for its time limit (seconds)
 # Restricted [30]^40 prefix:1+affine:2 (one BLAS thread, another job beside it): SCS at 1e-5 97 s, polished to a
 # certified 3.9e-5; at 1e-6 465 s from the start, 2.4e-6; 1e-5 then 1e-6 warm-started 90 + 130 s, 1.4e-6.
 # Restricted [50]^40 prefix:1+affine:2 (2026-12-05, one BLAS thread, another job beside it): 1e-5 in 690 s left a
@@ -267,12 +269,13 @@ def workload_top(pair_gram: np.ndarray, n: int) -> np.ndarray:
     return vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
 
 
-def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndarray], gram: np.ndarray, extra=()) -> float:
+def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndarray], gram: np.ndarray, extra=(),
+               deadline: float | None = None) -> float:
     """The certificate from dual blocks ``phis`` (any PSD Phi per isotypic block gives a valid bound;
     scale-free): T(Phi)^2 / s(D(Phi)), T = sum mult tr((G^1/2 Phi G^1/2)^1/2), D one view's share of
     the blocks' adjoint in its cell basis, s(D) over the kept subspace when ``red`` is restricted
     (module docstring), bounded from the point's correlation ``gram`` and the diagonals ``extra``
-    (a solver's cost multipliers) and polished by :func:`.certificate.maxcut_upper`."""
+    (a solver's cost multipliers) and polished by :func:`.certificate.maxcut_upper` (until ``deadline``)."""
     tsum = 0.0
     clean = []
     for i, phi in enumerate(phis):
@@ -287,7 +290,7 @@ def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndar
     dcell = u @ (dres / red.m) @ u.T  # one view's share of Phi, in its cell basis
     dcell = (dcell + dcell.T) / 2
     kept = u @ np.hstack([red.je, red.jo]) if red.restricted else None
-    s_upper = sdp_upper(dcell, gram, extra=extra, polish=True, basis=kept)
+    s_upper = sdp_upper(dcell, gram, extra=extra, polish=True, basis=kept, deadline=deadline)
     return tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
 
 
@@ -306,9 +309,10 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
     memory). ``accept``: a callable taking each :class:`SymmetricSolution`; while it returns False
     the problem is solved again, warm-started, with each of ``tighter``'s solver options in turn
     (None: :data:`SCS_TIGHTER_OPTIONS` then :data:`SCS_TIGHT_OPTIONS` for a restricted problem by
-    the default solver, else none), within ``max_seconds`` from the start (SCS's time limit, less
-    the time the first solution took to certify and accept, so that the last one's fits); the last
-    solution is returned."""
+    the default solver, else none), within ``max_seconds`` from the start (the solver's time limit,
+    :data:`TIME_LIMIT_OPTION`, on every solve; on the tighter ones less the time the first solution
+    took to certify and accept, so that the last one's fits); the last solution is returned, and a
+    first solve stopped by the time limit without a point raises :class:`~.optimize.TimeLimit`."""
     import cvxpy as cp  # heavy: imported only when the reduction runs
 
     why = applies(problem)
@@ -386,15 +390,23 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         # the solver's cost multipliers and the diagonal heuristics; a first-order solver's multipliers
         # are rough, so s(D) is polished. Restricted: s(D) over the kept subspace only (module docstring)
         lam_dual = np.maximum(lam_dual, 1e-12 * max(float(lam_dual.max()), 1e-300))
-        bound = dual_bound(red, gblocks, phis, gram, extra=(lam_dual,))
+        bound = dual_bound(red, gblocks, phis, gram, extra=(lam_dual,), deadline=None if max_seconds is None else t0 + max_seconds)
         out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
         log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
                  "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
         return out
 
-    prob.solve(solver=solver, verbose=verbose, **(solver_options or {}))
-    t_after = time.perf_counter()
-    out = solution()
+    first = dict(solver_options or {})
+    if max_seconds is not None and solver in TIME_LIMIT_OPTION:
+        first[TIME_LIMIT_OPTION[solver]] = max(max_seconds - (time.perf_counter() - t0), 1e-3)
+    try:
+        prob.solve(solver=solver, verbose=verbose, **first)
+        t_after = time.perf_counter()
+        out = solution()
+    except (RuntimeError, cp.error.SolverError):
+        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+            raise TimeLimit from None  # stopped by its time limit before it had a point
+        raise
     if accept is None or accept(out):
         return out
     after = time.perf_counter() - t_after  # certifying and accepting a solution ([50]^40: the polish, 86 s)
@@ -406,7 +418,7 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
             left = max_seconds - (time.perf_counter() - t0) - after  # the solution's own certificate fits in too
             if left <= 0:
                 break
-            options["time_limit_secs"] = left
+            options[TIME_LIMIT_OPTION.get(solver, "time_limit_secs")] = left
         try:
             prob.solve(solver=solver, verbose=verbose, warm_start=True, **options)
             out = solution()

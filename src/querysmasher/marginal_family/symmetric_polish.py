@@ -29,6 +29,7 @@ import scipy.linalg
 import scipy.optimize
 
 from .basis import view_basis
+from .deadline import TimeLimit, Timed, past
 from .problem import MarginalProblem
 from .symmetric import PairReduction, SymmetricSolution, pair_share_gram, workload_top
 
@@ -111,7 +112,7 @@ class _Reduced:
 def polish_restricted(problem: MarginalProblem, solution: SymmetricSolution, *, max_seconds: float | None = None) -> SymmetricSolution:
     """``solution`` (a restricted point of :func:`.symmetric.solve_symmetric`) polished: its Gram
     moved by L-BFGS towards the restricted problem's optimum (module docstring), its bound
-    unchanged. Returns ``solution`` itself when the polish does not lower the objective."""
+    unchanged, within ``max_seconds``. Returns ``solution`` itself when the polish does not lower the objective."""
     if not solution.restricted:
         raise ValueError("only a restricted reduction's point is polished")
     t0 = time.perf_counter()
@@ -126,13 +127,20 @@ def polish_restricted(problem: MarginalProblem, solution: SymmetricSolution, *, 
         jitter = 1e-9 * max(float(np.trace(k)) / max(len(k), 1), 1e-300)
         factors.append(np.linalg.cholesky(k + jitter * np.eye(len(k))) if len(k) else np.zeros((0, 0)))
     x = np.concatenate([f.ravel() for f in factors])
+    deadline = None if max_seconds is None else t0 + max_seconds
     for temp in TEMPERATURES:
-        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+        if past(deadline):
             break
-        res = scipy.optimize.minimize(r.smoothed, x, args=(temp,), jac=True, method="L-BFGS-B",
-                                      options={"maxiter": _ITERATIONS_PER_TEMPERATURE, "gtol": 1e-12, "ftol": 1e-15})
-        if np.all(np.isfinite(res.x)) and math.isfinite(res.fun):
-            x = res.x
+        fun = Timed(r.smoothed, deadline)
+        try:
+            res = scipy.optimize.minimize(fun, x, args=(temp,), jac=True, method="L-BFGS-B",
+                                          options={"maxiter": _ITERATIONS_PER_TEMPERATURE, "gtol": 1e-12, "ftol": 1e-15})
+            if np.all(np.isfinite(res.x)) and math.isfinite(res.fun):
+                x = res.x
+        except TimeLimit:  # the lowest point the round evaluated
+            if fun.best_x is not None and math.isfinite(fun.best_value):
+                x = fun.best_x
+            break
     le, lo = r.split(x)
     ke, ko = le @ le.T, lo @ lo.T
     scale = float(r.costs(ke, ko).max())
