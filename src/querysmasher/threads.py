@@ -10,7 +10,8 @@ A process declares its budget once and every solver asks :func:`budget` instead 
 Why one thread unless told: on a shared machine OpenBLAS threads that find their cores busy spin.
 Measured on 2 cores, the Table 7 row (``querysmasher plan --schema synthetic:n=40,d=40 --workload
 range:1+affine:2+prefix:3 --method qs``) took 6.6 s alone with two BLAS threads, 35.0 s beside two
-busy single-threaded processes with two BLAS threads and 11.8 s with one (BENCHMARKS.md). Where more
+busy single-threaded processes with two BLAS threads and 18.2-19.4 s with one (BENCHMARKS.md,
+"Threads"). Where more
 threads are given, the planners spend them across views (processes, one BLAS thread each:
 :func:`parallel_map`), which does not depend on BLAS's threading of small matrices.
 
