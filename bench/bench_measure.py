@@ -35,11 +35,10 @@ def main() -> None:
 
     from querysmasher.accounting import Budget
     from querysmasher.data import validate_records
-    from querysmasher.measure import make_rng, measure_iter, plan_digest, save_measurements
-    from querysmasher.planning import make_plan
+    from querysmasher.measure import load_measurements, make_rng, measure_iter, plan_digest, save_measurements
     from querysmasher.planfile import load_plan, save_plan
+    from querysmasher.planning import make_plan
     from querysmasher.reconstruct import reconstruct, save_answers
-    from querysmasher.measure import load_measurements
     from querysmasher.schema import parse_schema
 
     phases: dict[str, dict] = {}
@@ -66,7 +65,14 @@ def main() -> None:
     t0 = time.perf_counter()
     plan = load_plan(tmp / "plan.h5")
     r, seeded = make_rng(1)
-    save_measurements(tmp / "m.h5", plan, measure_iter(plan, records, r), seeded=seeded, plan_sha256=plan_digest(tmp / "plan.h5"), sampler="numpy")
+    save_measurements(
+        tmp / "m.h5",
+        plan,
+        measure_iter(plan, records, r),
+        seeded=seeded,
+        plan_sha256=plan_digest(tmp / "plan.h5"),
+        sampler="numpy",
+    )
     record("measure", t0)
 
     t0 = time.perf_counter()
@@ -75,8 +81,15 @@ def main() -> None:
     record("reconstruct", t0)
 
     sizes = {p.name: round(p.stat().st_size / 2**20, 1) for p in tmp.iterdir()}
-    out = {"args": vars(args), "phases": phases, "file_mb": sizes, "views": len(plan.workload.views),
-           "residual_views": len(plan.views), "answers": info, "rmse": plan.rmse}
+    out = {
+        "args": vars(args),
+        "phases": phases,
+        "file_mb": sizes,
+        "views": len(plan.workload.views),
+        "residual_views": len(plan.views),
+        "answers": info,
+        "rmse": plan.rmse,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))

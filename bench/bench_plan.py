@@ -49,8 +49,24 @@ def main() -> None:
             results.append({"schema": schema, "workload": workload, "method": method, "error": err})
             continue
         s = json.loads(r.stdout.strip().splitlines()[-1])
-        keep = {k: s.get(k) for k in ("schema", "workload", "method", "rmse", "gap", "lower_bound_rmse", "views", "residual_views",
-                                      "distinct_solves", "phase_seconds", "wall_seconds", "peak_rss_mb", "notes")}
+        keep = {
+            k: s.get(k)
+            for k in (
+                "schema",
+                "workload",
+                "method",
+                "rmse",
+                "gap",
+                "lower_bound_rmse",
+                "views",
+                "residual_views",
+                "distinct_solves",
+                "phase_seconds",
+                "wall_seconds",
+                "peak_rss_mb",
+                "notes",
+            )
+        }
         print(json.dumps(keep), flush=True)
         results.append(keep)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,13 @@ def main() -> None:
     ms = measurements_of(plan)
     cells = [math.prod(schema.sizes[a] for a in m.attrs) for m in ms]
     total_cells = int(sum(cells))
-    out = {"args": vars(args), "plan_seconds": round(plan_s, 2), "measured_views": len(ms), "total_cells": total_cells, "samplers": {}}
+    out = {
+        "args": vars(args),
+        "plan_seconds": round(plan_s, 2),
+        "measured_views": len(ms),
+        "total_cells": total_cells,
+        "samplers": {},
+    }
 
     t = time.perf_counter()
     check_budget(plan)  # the privacy re-check: it computes every distinct X^(1/2), which measure reuses
@@ -71,8 +77,13 @@ def main() -> None:
         for _ in range(args.repeats):
             noise.add_gaussian(clean, 1.0)
         rate = (time.perf_counter() - t) / (args.repeats * clean.size)
-        out["samplers"][sampler].update({"noise_us_per_cell": round(1e6 * rate, 4), "noise_all_views_seconds_extrapolated": round(rate * total_cells, 1),
-                                         "cells_per_hour": int(3600 / rate)})
+        out["samplers"][sampler].update(
+            {
+                "noise_us_per_cell": round(1e6 * rate, 4),
+                "noise_all_views_seconds_extrapolated": round(rate * total_cells, 1),
+                "cells_per_hour": int(3600 / rate),
+            }
+        )
         print(sampler, out["samplers"][sampler], flush=True)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,7 @@ def view_factor(view: str) -> np.ndarray:
     from querysmasher.families import pair_query_matrix
 
     family = view.rstrip("0123456789x")
-    dims = view[len(family):].split("x")
+    dims = view[len(family) :].split("x")
     n1, n2 = int(dims[0]), int(dims[-1])
     return subquery_matrix(pair_query_matrix(family, n1, n2), (n1, n2), (True, True))
 
@@ -119,7 +119,9 @@ def _old_sdp():
     import subprocess
     import tempfile
 
-    src = subprocess.run(["git", "show", f"{BEFORE_COMMIT}:src/querysmasher/solvers/sdp.py"], capture_output=True, text=True, check=True).stdout
+    src = subprocess.run(
+        ["git", "show", f"{BEFORE_COMMIT}:src/querysmasher/solvers/sdp.py"], capture_output=True, text=True, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "sdp_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("sdp_before", path)
@@ -147,8 +149,15 @@ def run_view(view: str, how: str, target_gap: float) -> dict:
             r = old.solve_dense(G, target_gap=target_gap)
         rank = int(np.linalg.matrix_rank(F))
     return {
-        "view": view, "how": how, "cells": F.shape[1], "rank": rank, "seconds": round(time.perf_counter() - t0, 2),
-        "gap": r.gap, "converged": r.converged, "loss": r.loss, "lower_bound": r.lower_bound,
+        "view": view,
+        "how": how,
+        "cells": F.shape[1],
+        "rank": rank,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "gap": r.gap,
+        "converged": r.converged,
+        "loss": r.loss,
+        "lower_bound": r.lower_bound,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -168,14 +177,18 @@ def table(args) -> None:
             res[how]["load_average_before"] = round(load, 2)
             print(json.dumps(res[how]), flush=True)
         rows.append(res)
-    print(f"\n| view | cells | rank | before: s | before: peak MB | before: gap | after: s | after: peak MB | after: gap | load |")
+    print(
+        "\n| view | cells | rank | before: s | before: peak MB | before: gap | after: s | after: peak MB | after: gap | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for res in rows:
         a = res["after"]
         b = res.get("before")
         before = f"{b['seconds']:.1f} | {b['peak_rss_mb']} | {b['gap']:.1e}" if b else "not run | | "
         load = max(r["load_average_before"] for r in res.values())
-        print(f"| {a['view']} | {a['cells']} | {a['rank']} | {before} | {a['seconds']:.1f} | {a['peak_rss_mb']} | {a['gap']:.1e} | {load:.1f} |")
+        print(
+            f"| {a['view']} | {a['cells']} | {a['rank']} | {before} | {a['seconds']:.1f} | {a['peak_rss_mb']} | {a['gap']:.1e} | {load:.1f} |"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"target_gap": args.target_gap, "rows": rows}, indent=2))
@@ -210,7 +223,9 @@ def main() -> None:
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"target_gap": args.target_gap, "cpu_count": os.cpu_count(), "results": results}, indent=2))
+    out.write_text(
+        json.dumps({"target_gap": args.target_gap, "cpu_count": os.cpu_count(), "results": results}, indent=2)
+    )
     print(f"wrote {out}")
 
 

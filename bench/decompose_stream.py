@@ -41,8 +41,10 @@ def main() -> None:
         secs = time.perf_counter() - t0
         disk = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(tmp) for f in fs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"[{args.n}]^40 random:1,2 {args.method} {'eager' if args.eager else 'lazy'}: {secs:.1f} s, peak {peak:.0f} MB, "
-          f"{disk / 2**20:.0f} MB written, {out}")
+    print(
+        f"[{args.n}]^40 random:1,2 {args.method} {'eager' if args.eager else 'lazy'}: {secs:.1f} s, peak {peak:.0f} MB, "
+        f"{disk / 2**20:.0f} MB written, {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -96,7 +96,9 @@ def read_jobs(workdirs: list[Path], side_effect_rules=SIDE_EFFECT_RULES) -> dict
 def _side_effect_writers(path: str, by_start: list[Job]) -> list[tuple]:
     """The jobs running when ``path`` was last modified (all of them when several were: the file
     exists once each has ended)."""
-    if "/benchmarks/" in path:  # a job's benchmark file: written by Snakemake after the job, whose outputs are inputs too
+    if (
+        "/benchmarks/" in path
+    ):  # a job's benchmark file: written by Snakemake after the job, whose outputs are inputs too
         return []
     try:
         mtime = Path(path).stat().st_mtime
@@ -155,7 +157,9 @@ def _topological(jobs: dict[tuple, Job]) -> list[tuple]:
     return out
 
 
-def simulate(jobs: dict[tuple, Job], cores: int, *, overhead: float = 0.0, latency: float = 0.0, grouped: set[str] = frozenset()) -> float:
+def simulate(
+    jobs: dict[tuple, Job], cores: int, *, overhead: float = 0.0, latency: float = 0.0, grouped: set[str] = frozenset()
+) -> float:
     """The wall time of the jobs on ``cores`` cores (one core per job): list scheduling, ready jobs
     longest first; each job costs ``overhead`` more, and ``latency`` more unless its rule is in
     ``grouped`` and a job of the same rule started the same submission (grouped jobs pay it once
@@ -191,7 +195,10 @@ def simulate(jobs: dict[tuple, Job], cores: int, *, overhead: float = 0.0, laten
 
 def slowed(jobs: dict[tuple, Job], factor: float) -> dict[tuple, Job]:
     """The same jobs, each ``factor`` times as long (the graph unchanged)."""
-    return {k: Job(j.key, j.rule, j.start, j.start + factor * j.seconds, j.outputs, j.inputs, j.parents) for k, j in jobs.items()}
+    return {
+        k: Job(j.key, j.rule, j.start, j.start + factor * j.seconds, j.outputs, j.inputs, j.parents)
+        for k, j in jobs.items()
+    }
 
 
 def measured_wall(jobs: dict[tuple, Job]) -> float:
@@ -219,12 +226,33 @@ def main(argv=None) -> int:
     p.add_argument("workdirs", nargs="+", type=Path, help="folders of finished runs (each holds .snakemake/metadata)")
     p.add_argument("--cores", type=int, nargs="*", default=[1, 2, 16, 64, 128])
     p.add_argument("--overhead", type=float, default=0.0, help="seconds added to every job (scheduling between jobs)")
-    p.add_argument("--startup", type=float, default=0.0, help="seconds added once: Snakemake building the job graph before the first job and after checkpoints (a run's wall time minus its jobs' span)")
-    p.add_argument("--slowdown", type=float, default=1.0, help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches with each other and with Snakemake's own process; on this 2-vCPU machine the job time of a K = 2 run over a K = 1 run was 1.26 and 0.89 on 2026-12-03 and 0.99 and 1.01 on 2026-12-04: the host, not a constant; BENCHMARKS.md)")
+    p.add_argument(
+        "--startup",
+        type=float,
+        default=0.0,
+        help="seconds added once: Snakemake building the job graph before the first job and after checkpoints (a run's wall time minus its jobs' span)",
+    )
+    p.add_argument(
+        "--slowdown",
+        type=float,
+        default=1.0,
+        help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches with each other and with Snakemake's own process; on this 2-vCPU machine the job time of a K = 2 run over a K = 1 run was 1.26 and 0.89 on 2026-12-03 and 0.99 and 1.01 on 2026-12-04: the host, not a constant; BENCHMARKS.md)",
+    )
     p.add_argument("--latency", type=float, default=0.0, help="seconds per cluster submission (queue and start-up)")
     p.add_argument("--grouped", nargs="*", default=[], help="rules whose jobs share a submission per wave")
-    p.add_argument("--calibrate", type=int, metavar="K", help="print the per-job overhead that reproduces a run made with --cores K")
-    p.add_argument("--between", type=float, nargs=2, metavar=("START", "END"), help="only the jobs that started between these epoch seconds (one table of a grid run table by table in one folder)")
+    p.add_argument(
+        "--calibrate",
+        type=int,
+        metavar="K",
+        help="print the per-job overhead that reproduces a run made with --cores K",
+    )
+    p.add_argument(
+        "--between",
+        type=float,
+        nargs=2,
+        metavar=("START", "END"),
+        help="only the jobs that started between these epoch seconds (one table of a grid run table by table in one folder)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     jobs = read_jobs([w.resolve() for w in args.workdirs])
@@ -237,7 +265,9 @@ def main(argv=None) -> int:
         raise SystemExit("no finished job in the metadata")
     if args.calibrate:
         total = sum(j.seconds for j in jobs.values())
-        print(f"{len(jobs)} jobs, {total:.1f} s of job time; per-job overhead reproducing the jobs' measured span of {measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s")
+        print(
+            f"{len(jobs)} jobs, {total:.1f} s of job time; per-job overhead reproducing the jobs' measured span of {measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s"
+        )
         return 0
     total = sum(j.seconds for j in jobs.values())
     cp, chain = critical_path(jobs, args.overhead)
@@ -245,14 +275,32 @@ def main(argv=None) -> int:
     for k in args.cores:
         on_k = jobs if k == 1 or args.slowdown == 1.0 else slowed(jobs, args.slowdown)
         wall = args.startup + simulate(on_k, k, overhead=args.overhead, latency=args.latency, grouped=set(args.grouped))
-        rows.append({"cores": k, "seconds": wall, "busy": (sum(j.seconds for j in on_k.values()) + len(jobs) * args.overhead) / ((wall - args.startup) * k) if wall > args.startup else 0.0})
+        rows.append(
+            {
+                "cores": k,
+                "seconds": wall,
+                "busy": (sum(j.seconds for j in on_k.values()) + len(jobs) * args.overhead)
+                / ((wall - args.startup) * k)
+                if wall > args.startup
+                else 0.0,
+            }
+        )
     by_rule = defaultdict(lambda: [0, 0.0])
     for j in jobs.values():
         by_rule[j.rule][0] += 1
         by_rule[j.rule][1] += j.seconds
-    out = {"jobs": len(jobs), "job_seconds": total, "measured_wall": measured_wall(jobs), "critical_path_seconds": cp,
-           "critical_path": [f"{j.rule} {j.seconds:.1f} s {Path(j.outputs[0]).relative_to(Path(j.outputs[0]).parents[2]) if len(Path(j.outputs[0]).parents) > 2 else j.outputs[0]}" for j in chain],
-           "projections": rows, "by_rule": {r: {"jobs": n, "seconds": s} for r, (n, s) in sorted(by_rule.items())}}
+    out = {
+        "jobs": len(jobs),
+        "job_seconds": total,
+        "measured_wall": measured_wall(jobs),
+        "critical_path_seconds": cp,
+        "critical_path": [
+            f"{j.rule} {j.seconds:.1f} s {Path(j.outputs[0]).relative_to(Path(j.outputs[0]).parents[2]) if len(Path(j.outputs[0]).parents) > 2 else j.outputs[0]}"
+            for j in chain
+        ],
+        "projections": rows,
+        "by_rule": {r: {"jobs": n, "seconds": s} for r, (n, s) in sorted(by_rule.items())},
+    }
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

@@ -32,7 +32,9 @@ def main() -> None:
     args = ap.parse_args()
     beta1 = Budget.from_beta(1.0)
     rows = []
-    print("| schema | workload | method | sum: RMSE | sum: max variance | max: RMSE | max: max variance | max: certified lower bound (gap) | max: seconds |")
+    print(
+        "| schema | workload | method | sum: RMSE | sum: max variance | max: RMSE | max: max variance | max: certified lower bound (gap) | max: seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for schema, spec, methods in CASES:
         for m in methods:
@@ -41,8 +43,11 @@ def main() -> None:
             x = make_plan(schema, spec, m, beta1, objective="max").summary()
             secs = time.perf_counter() - t0
             rows.append({"schema": schema, "workload": spec, "method": m, "sum": s, "max": x, "max_seconds": secs})
-            print(f"| {schema} | {spec} | {m} | {s['rmse']:.4f} | {s['max_variance']:.4f} | {x['rmse']:.4f} | {x['max_variance']:.4f} | "
-                  f"{x['max_variance_lower_bound']:.4f} ({x['max_variance_gap']:.1e}) | {secs:.1f} |", flush=True)
+            print(
+                f"| {schema} | {spec} | {m} | {s['rmse']:.4f} | {s['max_variance']:.4f} | {x['rmse']:.4f} | {x['max_variance']:.4f} | "
+                f"{x['max_variance_lower_bound']:.4f} ({x['max_variance_gap']:.1e}) | {secs:.1f} |",
+                flush=True,
+            )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1, default=str))
 

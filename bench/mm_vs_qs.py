@@ -28,14 +28,24 @@ PRODUCT = ["marginal", "prefix", "range", "circular"]
 
 def cases(quick: bool) -> list[tuple[str, str]]:
     out = []
-    for n in ([10, 64] if quick else [10, 64, 256]):
+    for n in [10, 64] if quick else [10, 64, 256]:
         out += [(f"synthetic:n={n},d=1", f"{f}:1") for f in PRODUCT + ["random"]]
-    for n in ([6] if quick else [6, 12, 20]):
+    for n in [6] if quick else [6, 12, 20]:
         s = f"synthetic:n={n},d=2"
-        out += [(s, f"{f}:1,2") for f in PRODUCT] + [(s, "affine:2"), (s, "abs:2"), (s, "random:2"), (s, "prefix:1+affine:2"), (s, "hybrid:1,2")]
-    for n in ([4] if quick else [4, 8]):
+        out += [(s, f"{f}:1,2") for f in PRODUCT] + [
+            (s, "affine:2"),
+            (s, "abs:2"),
+            (s, "random:2"),
+            (s, "prefix:1+affine:2"),
+            (s, "hybrid:1,2"),
+        ]
+    for n in [4] if quick else [4, 8]:
         s = f"synthetic:n={n},d=3"
-        out += [(s, f"{f}:1,2,3") for f in PRODUCT] + [(s, "prefix:1+affine:2"), (s, "range:1+abs:2"), (s, "random:1,2")]
+        out += [(s, f"{f}:1,2,3") for f in PRODUCT] + [
+            (s, "prefix:1+affine:2"),
+            (s, "range:1+abs:2"),
+            (s, "random:1,2"),
+        ]
     return out
 
 
@@ -45,7 +55,9 @@ def main() -> None:
     ap.add_argument("--out", default="bench/out/mm_vs_qs.json")
     args = ap.parse_args()
     rows = []
-    print("| domain | workload | cells | qs RMSE | qsplus RMSE (certified gap) | mm RMSE (certified gap) | SVD bound RMSE | qsplus / qs | mm / qs | SVD / mm | qsplus / mm seconds |")
+    print(
+        "| domain | workload | cells | qs RMSE | qsplus RMSE (certified gap) | mm RMSE (certified gap) | SVD bound RMSE | qsplus / qs | mm / qs | SVD / mm | qsplus / mm seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     beta1 = Budget.from_beta(1.0)
     for schema, spec in cases(args.quick):
@@ -60,13 +72,29 @@ def main() -> None:
         mm = make_plan(schema, spec, "mm", beta1)
         secs = time.perf_counter() - t0
         svd = math.sqrt(mm.svd_bound / mm.queries)
-        row = {"schema": schema, "workload": spec, "cells": mm.schema.domain_cells(), "qs": qs.rmse, "mm": mm.rmse, "mm_gap": mm.gap,
-               "svd": svd, "mm_seconds": secs, "mm_solver": mm.solutions[mm.keys[0]].solver,
-               "qsplus": None if plus is None else plus.rmse, "qsplus_gap": None if plus is None else plus.gap, "qsplus_seconds": plus_secs}
+        row = {
+            "schema": schema,
+            "workload": spec,
+            "cells": mm.schema.domain_cells(),
+            "qs": qs.rmse,
+            "mm": mm.rmse,
+            "mm_gap": mm.gap,
+            "svd": svd,
+            "mm_seconds": secs,
+            "mm_solver": mm.solutions[mm.keys[0]].solver,
+            "qsplus": None if plus is None else plus.rmse,
+            "qsplus_gap": None if plus is None else plus.gap,
+            "qsplus_seconds": plus_secs,
+        }
         rows.append(row)
-        plus_cells = ("--", "--") if plus is None else (f"{plus.rmse:.4f} ({plus.gap:.0e})", f"{plus.rmse / qs.rmse:.4f}")
-        print(f"| {schema.removeprefix('synthetic:')} | {spec} | {row['cells']} | {qs.rmse:.4f} | {plus_cells[0]} | {mm.rmse:.4f} ({mm.gap:.0e}) | {svd:.4f} | "
-              f"{plus_cells[1]} | {mm.rmse / qs.rmse:.4f} | {svd / mm.rmse:.4f} | {plus_secs:.1f} / {secs:.1f} |", flush=True)
+        plus_cells = (
+            ("--", "--") if plus is None else (f"{plus.rmse:.4f} ({plus.gap:.0e})", f"{plus.rmse / qs.rmse:.4f}")
+        )
+        print(
+            f"| {schema.removeprefix('synthetic:')} | {spec} | {row['cells']} | {qs.rmse:.4f} | {plus_cells[0]} | {mm.rmse:.4f} ({mm.gap:.0e}) | {svd:.4f} | "
+            f"{plus_cells[1]} | {mm.rmse / qs.rmse:.4f} | {svd / mm.rmse:.4f} | {plus_secs:.1f} / {secs:.1f} |",
+            flush=True,
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1))
 

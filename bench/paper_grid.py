@@ -88,16 +88,23 @@ def halved_budget_config(table: int) -> Path:
 def run(table: int, cores: str, cfg: str | None = None) -> dict:
     cfg = cfg or f"config/paper/table{table}.yaml"
     t0, wall0 = time.time(), time.perf_counter()
-    proc = subprocess.run(["snakemake", "--cores", cores, "--configfile", cfg], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["snakemake", "--cores", cores, "--configfile", cfg], cwd=ROOT, capture_output=True, text=True
+    )
     wall = time.perf_counter() - wall0
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         print(log[-4000:])
         raise SystemExit(f"table {table}: snakemake exit {proc.returncode}")
     m = re.search(r"(\d+) of (\d+) steps \(100%\) done", log)
-    return {"table": table, "wall_seconds": round(wall, 1), "jobs": int(m.group(2)) if m else 0,
-            "rules": jobs_by_rule(log), "peak_job_rss_mb": round(peak_rss_mb(t0), 1),
-            "job_seconds": job_seconds_by_rule(t0)}
+    return {
+        "table": table,
+        "wall_seconds": round(wall, 1),
+        "jobs": int(m.group(2)) if m else 0,
+        "rules": jobs_by_rule(log),
+        "peak_job_rss_mb": round(peak_rss_mb(t0), 1),
+        "job_seconds": job_seconds_by_rule(t0),
+    }
 
 
 def main() -> None:
@@ -105,7 +112,9 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="remove results/ first (cold caches)")
     ap.add_argument("--tables", default="2,3,4,5,6,7")
     ap.add_argument("--cores", default="all")
-    ap.add_argument("--budget-change", type=int, default=0, metavar="N", help="then rerun table N with its budgets halved")
+    ap.add_argument(
+        "--budget-change", type=int, default=0, metavar="N", help="then rerun table N with its budgets halved"
+    )
     ap.add_argument("--out", default="bench/out/paper_grid.json")
     args = ap.parse_args()
     if args.cold:

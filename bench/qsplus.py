@@ -32,28 +32,73 @@ from querysmasher.marginal_family import plan
 CASES = {
     "small-4x2-affine": ("synthetic:n=4,d=2", "affine:2"),
     "small-4x3-affine": ("synthetic:n=4,d=3", "affine:2"),
-    **{f"table4-{fam}-{n}": (f"synthetic:n={n},d=40", f"{fam}:2") for n in (10, 20, 30, 40, 50) for fam in ("affine", "abs")},
+    **{
+        f"table4-{fam}-{n}": (f"synthetic:n={n},d=40", f"{fam}:2")
+        for n in (10, 20, 30, 40, 50)
+        for fam in ("affine", "abs")
+    },
     # the paper's Table 4 cells themselves: its affine and abs workloads hold the 1-way prefix queries too
-    **{f"table4-paper-{fam}-{n}": (f"synthetic:n={n},d=40", f"prefix:1+{fam}:2") for n in (10, 20, 30, 40, 50) for fam in ("affine", "abs")},
-    **{f"table5-{n}-d{d}": (f"synthetic:n={n},d={d}", "range:1+affine:2+prefix:3") for n in (10,) for d in (10, 20, 30, 40, 50)},
+    **{
+        f"table4-paper-{fam}-{n}": (f"synthetic:n={n},d=40", f"prefix:1+{fam}:2")
+        for n in (10, 20, 30, 40, 50)
+        for fam in ("affine", "abs")
+    },
+    **{
+        f"table5-{n}-d{d}": (f"synthetic:n={n},d={d}", "range:1+affine:2+prefix:3")
+        for n in (10,)
+        for d in (10, 20, 30, 40, 50)
+    },
     **{f"table3-{s}-{fam}": (s, f"{fam}:2") for s in ("cps", "adult", "loans") for fam in ("affine", "abs")},
     # the paper's Table 3 workloads themselves (config/paper/table3_workloads.py): as its authors ran them, and as described
-    **{f"table3-{s}-{fam}-{ver}": (s, f"config/paper/workloads/table3-{s}-{fam}-{ver}.yaml")
-       for s in ("cps", "adult", "loans") for fam in ("affine", "abs") for ver in ("asrun", "described")},
+    **{
+        f"table3-{s}-{fam}-{ver}": (s, f"config/paper/workloads/table3-{s}-{fam}-{ver}.yaml")
+        for s in ("cps", "adult", "loans")
+        for fam in ("affine", "abs")
+        for ver in ("asrun", "described")
+    },
 }
 
 
-def run(schema: str, workload: str, target_gap: float, max_seconds: float, name: str = "", max_view_cells: int | None = None,
-        options: dict | None = None) -> dict:
+def run(
+    schema: str,
+    workload: str,
+    target_gap: float,
+    max_seconds: float,
+    name: str = "",
+    max_view_cells: int | None = None,
+    options: dict | None = None,
+) -> dict:
     t0 = time.perf_counter()
-    p = plan(schema, workload, Budget.from_beta(1.0), target_gap=target_gap, max_seconds=max_seconds, max_view_cells=max_view_cells,
-             optimiser_options=options)
+    p = plan(
+        schema,
+        workload,
+        Budget.from_beta(1.0),
+        target_gap=target_gap,
+        max_seconds=max_seconds,
+        max_view_cells=max_view_cells,
+        optimiser_options=options,
+    )
     out = {
-        "case": name, "schema": schema, "workload": workload, "rmse": p.rmse, "qs_rmse": p.qs_rmse, "ratio": p.ratio,
-        "gap": p.gap, "target_gap": target_gap, "lower_bound_rmse": math.sqrt(p.lower_bound / p.queries), "tied": p.tied,
-        "marginal_views": len(p.views), "lower_dim": p.problem.lower_dim, "residual_only_views": len(p.residual_views),
-        "max_view_cells": max_view_cells, "optimiser_options": options or {}, "iterations": p.iterations, "seconds": time.perf_counter() - t0, "phase_seconds": p.phase_seconds,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "notes": p.notes,
+        "case": name,
+        "schema": schema,
+        "workload": workload,
+        "rmse": p.rmse,
+        "qs_rmse": p.qs_rmse,
+        "ratio": p.ratio,
+        "gap": p.gap,
+        "target_gap": target_gap,
+        "lower_bound_rmse": math.sqrt(p.lower_bound / p.queries),
+        "tied": p.tied,
+        "marginal_views": len(p.views),
+        "lower_dim": p.problem.lower_dim,
+        "residual_only_views": len(p.residual_views),
+        "max_view_cells": max_view_cells,
+        "optimiser_options": options or {},
+        "iterations": p.iterations,
+        "seconds": time.perf_counter() - t0,
+        "phase_seconds": p.phase_seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "notes": p.notes,
         "machine": f"{platform.machine()} {platform.node()}",
     }
     return out
@@ -67,10 +112,16 @@ def main() -> None:
     ap.add_argument("--target-gap", type=float, default=1e-4)
     ap.add_argument("--max-seconds", type=float, default=1800.0)
     ap.add_argument("--max-view-cells", type=int, default=None, help="larger views keep their qs residual mechanisms")
-    ap.add_argument("--method", default=None, help="optimiser: auto (default), symmetric, restricted, lbfgs, trust-krylov, newton")
+    ap.add_argument(
+        "--method", default=None, help="optimiser: auto (default), symmetric, restricted, lbfgs, trust-krylov, newton"
+    )
     ap.add_argument("--mu-factor", type=float, default=None, help="barrier weight factor per round (default 0.1)")
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--verbose", action="store_true", help="the planner's progress (INFO log: temperatures, Newton steps, bounds) on stderr")
+    ap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the planner's progress (INFO log: temperatures, Newton steps, bounds) on stderr",
+    )
     ap.add_argument("--out", default="bench/out/qsplus.jsonl")
     a = ap.parse_args()
     if a.verbose:

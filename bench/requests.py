@@ -208,7 +208,9 @@ def recompute(jobs: list[Job], config_paths: list[str], workdir: Path) -> int:
             e = experiments[wc["experiment"]]
             mpath = workdir / problem_dir(e.problem) / "manifest.json"
             manifest = json.loads(mpath.read_text()) if mpath.exists() else None
-            report = bool(config["allocate"]["max_variance"] or config["allocate"]["store_mechanisms"] or measured[e.name])
+            report = bool(
+                config["allocate"]["max_variance"] or config["allocate"]["store_mechanisms"] or measured[e.name]
+            )
             est = stage_resources(j.rule, e, manifest, measured=measured[e.name], max_variance=report)["mem_mb"]
         elif j.rule == "decompose" and wc.get("problem") in problems:
             est = decompose_mem_mb(problems[wc["problem"]])
@@ -232,7 +234,20 @@ def report(jobs: list[Job], *, per_job: bool = False, out=sys.stdout) -> int:
     rules: dict[str, list[Job]] = {}
     for j in jobs:
         rules.setdefault(j.rule, []).append(j)
-    head = ("rule", "jobs", "unmeasured", "peak MB", "mem_mb", "min ratio", "max ratio", "under", "over band", "max s", "min runtime", "runtime short")
+    head = (
+        "rule",
+        "jobs",
+        "unmeasured",
+        "peak MB",
+        "mem_mb",
+        "min ratio",
+        "max ratio",
+        "under",
+        "over band",
+        "max s",
+        "min runtime",
+        "runtime short",
+    )
     rows = []
     for rule in sorted(rules):
         js = rules[rule]
@@ -240,25 +255,44 @@ def report(jobs: list[Job], *, per_job: bool = False, out=sys.stdout) -> int:
         ratios = [j.ratio for j in m if j.ratio is not None]
         secs = [j.seconds for j in js if j.seconds is not None]
         rts = [j.runtime for j in js if j.runtime is not None]
-        rows.append((
-            rule, str(len(js)), str(len(js) - len(m)), _fmt_range([j.peak_mb for j in m]), _fmt_range([j.mem_mb for j in m]),
-            f"{min(ratios):.2f}" if ratios else "-", f"{max(ratios):.2f}" if ratios else "-",
-            str(sum(j.under for j in m)), str(sum(j.over for j in m)),
-            f"{max(secs):.1f}" if secs else "-", f"{min(rts):.0f}" if rts else "-", str(sum(j.short_runtime for j in js)),
-        ))
+        rows.append(
+            (
+                rule,
+                str(len(js)),
+                str(len(js) - len(m)),
+                _fmt_range([j.peak_mb for j in m]),
+                _fmt_range([j.mem_mb for j in m]),
+                f"{min(ratios):.2f}" if ratios else "-",
+                f"{max(ratios):.2f}" if ratios else "-",
+                str(sum(j.under for j in m)),
+                str(sum(j.over for j in m)),
+                f"{max(secs):.1f}" if secs else "-",
+                f"{min(rts):.0f}" if rts else "-",
+                str(sum(j.short_runtime for j in js)),
+            )
+        )
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)), file=out)
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)), file=out)
     measured = [j for j in jobs if j.ratio is not None]
     bad = [j for j in measured if j.under or j.over]
-    print(f"\n{len(jobs)} jobs, {len(measured)} measured; band peak <= mem_mb <= {BAND_FACTOR:g} x peak + {BAND_SLACK_MB:g} MB: "
-          f"{len(bad)} outside ({sum(j.under for j in measured)} under their peak, {sum(j.over for j in measured)} over the band)", file=out)
+    print(
+        f"\n{len(jobs)} jobs, {len(measured)} measured; band peak <= mem_mb <= {BAND_FACTOR:g} x peak + {BAND_SLACK_MB:g} MB: "
+        f"{len(bad)} outside ({sum(j.under for j in measured)} under their peak, {sum(j.over for j in measured)} over the band)",
+        file=out,
+    )
     if measured:
         worst = max(measured, key=lambda j: j.ratio)
         least = min(measured, key=lambda j: j.ratio)
-        print(f"largest ratio {worst.ratio:.2f} ({worst.rule} {worst.benchmark}: {worst.mem_mb:.0f} MB for {worst.peak_mb:.0f} MB)", file=out)
-        print(f"smallest ratio {least.ratio:.2f} ({least.rule} {least.benchmark}: {least.mem_mb:.0f} MB for {least.peak_mb:.0f} MB)", file=out)
+        print(
+            f"largest ratio {worst.ratio:.2f} ({worst.rule} {worst.benchmark}: {worst.mem_mb:.0f} MB for {worst.peak_mb:.0f} MB)",
+            file=out,
+        )
+        print(
+            f"smallest ratio {least.ratio:.2f} ({least.rule} {least.benchmark}: {least.mem_mb:.0f} MB for {least.peak_mb:.0f} MB)",
+            file=out,
+        )
     if per_job or bad:
         print("\n" + ("jobs:" if per_job else "jobs outside the band:"), file=out)
         for j in sorted(jobs if per_job else bad, key=lambda j: (j.rule, j.benchmark or "")):
@@ -266,8 +300,11 @@ def report(jobs: list[Job], *, per_job: bool = False, out=sys.stdout) -> int:
             peak = f"{j.peak_mb:.0f}" if j.peak_mb is not None else "NA"
             ratio = f"{j.ratio:.2f}" if j.ratio is not None else "-"
             secs = f"{j.seconds:.1f}" if j.seconds is not None else "NA"
-            print(f"  {j.rule:12s} peak {peak:>6s} MB  mem_mb {j.mem_mb or 0:>7.0f}  ratio {ratio:>6s}  {secs:>7s} s / {j.runtime or 0:.0f} min  "
-                  f"x{j.attempts}  {flag:5s} {j.benchmark or j.wildcards}", file=out)
+            print(
+                f"  {j.rule:12s} peak {peak:>6s} MB  mem_mb {j.mem_mb or 0:>7.0f}  ratio {ratio:>6s}  {secs:>7s} s / {j.runtime or 0:.0f} min  "
+                f"x{j.attempts}  {flag:5s} {j.benchmark or j.wildcards}",
+                file=out,
+            )
     return len(bad)
 
 
@@ -275,11 +312,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("workdir", nargs="?", default=".", help="the run's working directory (default .)")
     ap.add_argument("-C", "--chdir", help="resolve benchmark paths here (default: workdir)")
-    ap.add_argument("--log", action="append", default=[], help="a Snakemake log (repeatable; default: the newest of WORKDIR/.snakemake/log)")
+    ap.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        help="a Snakemake log (repeatable; default: the newest of WORKDIR/.snakemake/log)",
+    )
     ap.add_argument("--all-logs", action="store_true", help="every log of WORKDIR/.snakemake/log, oldest first")
     ap.add_argument("--jobs", action="store_true", help="one line per job")
     ap.add_argument("--check", action="store_true", help="exit 1 when a job is outside the band")
-    ap.add_argument("--recompute", metavar="CONFIG", nargs="+", help="today's estimates for the run's jobs of CONFIG (several: layered in order; from the repo root)")
+    ap.add_argument(
+        "--recompute",
+        metavar="CONFIG",
+        nargs="+",
+        help="today's estimates for the run's jobs of CONFIG (several: layered in order; from the repo root)",
+    )
     args = ap.parse_args(argv)
     workdir = Path(args.chdir or args.workdir)
     logs = [Path(p) for p in args.log]
@@ -292,7 +339,9 @@ def main(argv=None) -> int:
     jobs = collect(logs, workdir)
     print(f"logs: {', '.join(str(p) for p in logs)}")
     if args.recompute:
-        print(f"requests recomputed by today's estimates for {recompute(jobs, args.recompute, workdir)} jobs (solve jobs: as logged)")
+        print(
+            f"requests recomputed by today's estimates for {recompute(jobs, args.recompute, workdir)} jobs (solve jobs: as logged)"
+        )
     bad = report(jobs, per_job=args.jobs)
     return 1 if (args.check and bad) else 0
 

@@ -71,13 +71,17 @@ def main(argv=None) -> int:
     ap.add_argument("--min-cells", type=int, default=100)
     ap.add_argument("--max-subproblems", type=int, default=3, help="per spec, the largest ones")
     args = ap.parse_args(argv)
-    print(f"{'spec':44s} {'method':7s} {'cells':>6s} {'terms':>5s} {'path':9s} {'est MB':>8s} {'peak MB':>8s} {'est/peak':>8s} {'est s':>7s} {'s':>7s} {'est/s':>6s}")
+    print(
+        f"{'spec':44s} {'method':7s} {'cells':>6s} {'terms':>5s} {'path':9s} {'est MB':>8s} {'peak MB':>8s} {'est/peak':>8s} {'est s':>7s} {'s':>7s} {'est/s':>6s}"
+    )
     with threadpool_limits(limits=1, user_api="blas"):  # as a solve job with threads: 1
         for spec in args.specs:
             schema_spec, workload_spec, methods = spec.split("|")
             w = parse_workload(workload_spec, parse_schema(schema_spec))
             d = decompose(w)
-            subs = sorted(((k, g) for k, g in d.distinct().items() if g.cells >= args.min_cells), key=lambda kg: -kg[1].cells)[: args.max_subproblems]
+            subs = sorted(
+                ((k, g) for k, g in d.distinct().items() if g.cells >= args.min_cells), key=lambda kg: -kg[1].cells
+            )[: args.max_subproblems]
             for method in methods.split(","):
                 solver = get_method(method).build()
                 if hasattr(solver, "prepare"):

@@ -20,7 +20,9 @@ import time
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("subproblem", nargs="?")
-    ap.add_argument("--random-pair", type=int, metavar="N", help="solve the [N]^2 random:2 top residual instead of a file")
+    ap.add_argument(
+        "--random-pair", type=int, metavar="N", help="solve the [N]^2 random:2 top residual instead of a file"
+    )
     ap.add_argument("--method", default="qs")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -44,8 +46,10 @@ def main() -> None:
     solver = get_method(args.method).build()
     t0, c0 = time.perf_counter(), time.process_time()
     sol = solver.solve(gram, store)
-    print(f"{key}: {gram.cells} cells, {args.threads} thread(s), {time.perf_counter() - t0:.2f} s ({time.process_time() - c0:.2f} s CPU), "
-          f"{sol.solver}, gap {sol.gap:.1e}, loss {sol.loss:.8g}")
+    print(
+        f"{key}: {gram.cells} cells, {args.threads} thread(s), {time.perf_counter() - t0:.2f} s ({time.process_time() - c0:.2f} s CPU), "
+        f"{sol.solver}, gap {sol.gap:.1e}, loss {sol.loss:.8g}"
+    )
 
 
 if __name__ == "__main__":

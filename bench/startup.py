@@ -67,8 +67,13 @@ def _snakefile(n: int) -> str:
 
 def _run(folder: Path, targets: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *targets], cwd=folder, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *targets],
+        cwd=folder,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - t0
 
 
@@ -103,13 +108,17 @@ def import_split(repeats: int) -> dict[str, float]:
     """Seconds of ``from querysmasher.pipeline import steps`` by top-level package (median)."""
     runs = []
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, "-X", "importtime", "-c", "from querysmasher.pipeline import steps"],
-                             capture_output=True, text=True, check=True).stderr
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "from querysmasher.pipeline import steps"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
         by = defaultdict(float)
         for line in out.splitlines():
             if not line.startswith("import time:") or "self [us]" in line:
                 continue
-            self_us, _, name = line[len("import time:"):].split("|")
+            self_us, _, name = line[len("import time:") :].split("|")
             by[name.strip().split(".")[0]] += int(self_us) / 1e6
         runs.append(by)
     names = sorted({k for r in runs for k in r})
@@ -124,8 +133,14 @@ def main() -> int:
     a = ap.parse_args()
     jobs = per_job(a.jobs, a.repeats)
     imports = import_split(a.repeats)
-    out = {"jobs": a.jobs, "repeats": a.repeats, "per_job_seconds": jobs, "import_seconds": imports,
-           "machine": f"{platform.machine()} {os.cpu_count()} cores", "python": platform.python_version()}
+    out = {
+        "jobs": a.jobs,
+        "repeats": a.repeats,
+        "per_job_seconds": jobs,
+        "import_seconds": imports,
+        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "python": platform.python_version(),
+    }
     if a.json:
         print(json.dumps(out))
         return 0

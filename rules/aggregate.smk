@@ -13,8 +13,6 @@ rule aggregate:
         fig_rmse=report(AGGREGATE_FIGURES[0], category="Figures", labels={"figure": "RMSE by method and workload"}),
         fig_time=report(AGGREGATE_FIGURES[1], category="Figures", labels={"figure": "time vs residual views"}),
         fig_memory=report(AGGREGATE_FIGURES[2], category="Figures", labels={"figure": "memory vs residual views"}),
-    params:
-        lib=lib("aggregate"),
     log:
         f"{_AGG}/logs/aggregate.log",
     benchmark:
@@ -23,5 +21,7 @@ rule aggregate:
     resources:
         mem_mb=grid_resource("aggregate", "mem_mb"),
         runtime=grid_resource("aggregate", "runtime"),
+    params:
+        lib=lib("aggregate"),
     script:
         "../scripts/aggregate.py"

@@ -13,17 +13,6 @@ rule allocate:
     output:
         plan=f"{R}/{{experiment}}/plan.h5",
         summary=f"{R}/{{experiment}}/plan.json",
-    params:
-        method=lambda wc: experiment_of(wc).method,
-        objective=lambda wc: experiment_of(wc).objective,
-        neighbours=lambda wc: experiment_of(wc).neighbours,
-        options=lambda wc: solver_options(experiment_of(wc).method),
-        budget=lambda wc: experiment_of(wc).budget,
-        delta=config["delta"],
-        experiment=lambda wc: experiment_of(wc).as_dict(),
-        mechanisms=lambda wc: STORE_MECHANISMS or MEASURED[wc.experiment],  # plan-only: the summary may do
-        max_variance=REPORT_MAX_VARIANCE,
-        lib=lambda wc: lib("allocate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/allocate.log",
     benchmark:
@@ -36,5 +25,16 @@ rule allocate:
         # method's strategy, which plans here); a planner's time is not estimated: 2 hours for those
         mem_mb=stage_resource("allocate", "mem_mb"),
         runtime=stage_resource("allocate", "runtime", floor=lambda wc: 120 if whole_workload(wc) else 0),
+    params:
+        method=lambda wc: experiment_of(wc).method,
+        objective=lambda wc: experiment_of(wc).objective,
+        neighbours=lambda wc: experiment_of(wc).neighbours,
+        options=lambda wc: solver_options(experiment_of(wc).method),
+        budget=lambda wc: experiment_of(wc).budget,
+        delta=config["delta"],
+        experiment=lambda wc: experiment_of(wc).as_dict(),
+        mechanisms=lambda wc: STORE_MECHANISMS or MEASURED[wc.experiment],  # plan-only: the summary may do
+        max_variance=REPORT_MAX_VARIANCE,
+        lib=lambda wc: lib("allocate", experiment_of(wc).method),
     script:
         "../scripts/allocate.py"

@@ -32,7 +32,9 @@ try:
     # reading. workflow.configfiles lists the --configfile files, then the Snakefile's configfile:.
     _cs = workflow.config_settings
     _strict = read_workflow_config(
-        workflow.configfiles[len(_cs.configfiles):], list(_cs.configfiles), dict(_cs.config or {}),
+        workflow.configfiles[len(_cs.configfiles) :],
+        list(_cs.configfiles),
+        dict(_cs.config or {}),
         bool(getattr(_cs, "replace_workflow_config", False)),
     )
     config.clear()
@@ -94,7 +96,10 @@ def release_spec(wildcards):
     try:
         return RELEASE_SPECS[wildcards.name]
     except KeyError:
-        raise WorkflowError(f"release {wildcards.name!r} is not in the config's releases (or its data is absent)") from None
+        raise WorkflowError(
+            f"release {wildcards.name!r} is not in the config's releases (or its data is absent)"
+        ) from None
+
 
 SOLVE = config["solve"]
 RELEASE = bool(config["release"])
@@ -121,7 +126,7 @@ wildcard_constraints:
 
 
 # --------------------------------------------------------------------------- grouped submission
-# On a cluster each rule instance would be one submitted job: a second of Python start-up that
+# On a cluster every job would be its own submission, a second of Python start-up that
 # waits in the queue. Rules carry a `group:` so that profiles/slurm runs about GROUP_JOBS decompose
 # jobs or experiment chains per submission (local runs ignore groups). Batches of solve folders
 # shared by problems (rp, wff, qs) are not grouped: with this Snakemake, such grouped batches
@@ -254,8 +259,13 @@ def _stage_estimate(stage, name):
     mtime, manifest = _manifest_of(name)
     key = (stage, name, mtime)
     if key not in _STAGE_RESOURCES:
-        _STAGE_RESOURCES[key] = stage_resources(stage, EXPERIMENTS[name], manifest, measured=MEASURED.get(name, False),
-                                                max_variance=reports_max_variance(name))
+        _STAGE_RESOURCES[key] = stage_resources(
+            stage,
+            EXPERIMENTS[name],
+            manifest,
+            measured=MEASURED.get(name, False),
+            max_variance=reports_max_variance(name),
+        )
     return _STAGE_RESOURCES[key]
 
 
@@ -267,13 +277,19 @@ def stage_resource(stage, what, floor=0):
     def inner(wildcards, attempt):
         from querysmasher.pipeline.resources import retry
 
-        return retry(max(floor(wildcards) if callable(floor) else floor, _stage_estimate(stage, experiment_of(wildcards).name)[what]), attempt)
+        return retry(
+            max(
+                floor(wildcards) if callable(floor) else floor,
+                _stage_estimate(stage, experiment_of(wildcards).name)[what],
+            ),
+            attempt,
+        )
 
     return inner
 
 
 def stage_threads_of(stage):
-    """The threads callable of a per-experiment rule (querysmasher.pipeline.resources.stage_threads:
+    """The threads callable of a per-experiment rule's jobs (querysmasher.pipeline.resources.stage_threads:
     evaluate of a large measured experiment splits its views over several, allocate the variance
     report of a plan with large dense solutions; Snakemake lowers it to --cores when fewer are given)."""
 
@@ -281,8 +297,13 @@ def stage_threads_of(stage):
         from querysmasher.pipeline.resources import stage_threads
 
         name = experiment_of(wildcards).name
-        return stage_threads(stage, EXPERIMENTS[name], _manifest_of(name)[1], measured=MEASURED.get(name, False),
-                             max_variance=reports_max_variance(name))
+        return stage_threads(
+            stage,
+            EXPERIMENTS[name],
+            _manifest_of(name)[1],
+            measured=MEASURED.get(name, False),
+            max_variance=reports_max_variance(name),
+        )
 
     return inner
 
@@ -358,9 +379,17 @@ def solve_index():
             entries = {}
             for s in m["subproblems"]:
                 if not s["batched"]:
-                    entries[(m["namespace"], s["key"])] = {"cost": s["cost"], "workload": m["workload_file"], "method": m["method"]}
+                    entries[(m["namespace"], s["key"])] = {
+                        "cost": s["cost"],
+                        "workload": m["workload_file"],
+                        "method": m["method"],
+                    }
             for b in m["batches"]:
-                entries[(m["namespace"], b["file_id"])] = {"cost": b["cost"], "workload": m["workload_file"], "method": m["method"]}
+                entries[(m["namespace"], b["file_id"])] = {
+                    "cost": b["cost"],
+                    "workload": m["workload_file"],
+                    "method": m["method"],
+                }
             cached = _MANIFESTS[path] = (mtime, entries)
         index.update(cached[1])
     return index
@@ -402,6 +431,16 @@ def solve_priority(file_id):
     return inner
 
 
+def solve_file_of(wc):
+    """The solve rule's file id: the subproblem's content key."""
+    return wc.key
+
+
+def batch_file_of(wc):
+    """The solve_batch rule's file id."""
+    return f"batch-{wc.bid}"
+
+
 def solve_resource(file_id, what):
     def inner(wildcards, attempt):
         cost = solve_entry(wildcards.ns, file_id(wildcards))["cost"]
@@ -427,11 +466,34 @@ def experiment_data_inputs(wildcards):
 
 
 def experiment_data_source(wildcards):
-    """Where an experiment's records come from (a rule param: a change re-runs the rule)."""
+    """Where an experiment's records come from (a param of the rule, so a change re-runs it)."""
     return datasets.resolve_data_source(experiment_of(wildcards).data)
 
 
 # --------------------------------------------------------------------------- targets
+
+
+PROBLEM_STAGES = ("decompose",)  # shared by a problem's experiments: their files live under the problem
+
+
+def evaluated_stages(wc):
+    """The stages whose benchmark files the evaluate rule reads for an experiment."""
+    return ["decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
+
+
+def evaluate_inputs(wc):
+    """Answers and records (release runs only) and the benchmark file of every stage that ran."""
+    out = {
+        f"bench_{s}": (
+            problem_path(f"benchmarks/{s}.tsv", wc)
+            if s in PROBLEM_STAGES
+            else f"{R}/{wc.experiment}/benchmarks/{s}.tsv"
+        )
+        for s in evaluated_stages(wc)
+    }
+    if MEASURED[wc.experiment]:
+        out.update(answers=f"{R}/{wc.experiment}/answers.h5", data=experiment_data_inputs(wc))
+    return out
 
 
 def experiment_targets():
@@ -446,4 +508,8 @@ def release_targets():
 # results/tables would be rebuilt each time another table's config runs (never "nothing to do").
 _AGG = f"{R}/paper/table{int(config['paper']['table'])}-grid" if config.get("paper") else R
 AGGREGATE_TABLES = [f"{_AGG}/tables/experiments.csv", f"{_AGG}/tables/rmse.csv", f"{_AGG}/tables/resources.csv"]
-AGGREGATE_FIGURES = [f"{_AGG}/figures/rmse.png", f"{_AGG}/figures/time_vs_views.png", f"{_AGG}/figures/memory_vs_views.png"]
+AGGREGATE_FIGURES = [
+    f"{_AGG}/figures/rmse.png",
+    f"{_AGG}/figures/time_vs_views.png",
+    f"{_AGG}/figures/memory_vs_views.png",
+]

@@ -18,6 +18,16 @@ checkpoint decompose:
         workload=f"{R}/problems/{{problem}}/workload.h5",
         decomposition=f"{R}/problems/{{problem}}/decomposition.json",
         manifest=f"{R}/problems/{{problem}}/manifest.json",
+    log:
+        f"{R}/problems/{{problem}}/logs/decompose.log",
+    benchmark:
+        f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
+    group:
+        prepare_group
+    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
+    resources:
+        mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
+        runtime=decompose_runtime,
     params:
         schema=lambda wc: problem_of(wc).schema_spec,
         all_numeric=lambda wc: problem_of(wc).all_numeric,
@@ -29,15 +39,5 @@ checkpoint decompose:
         batch_size=SOLVE["batch_size"],
         batch_seconds=SOLVE["batch_seconds"],
         lib=lambda wc: lib("decompose", problem_of(wc).method),
-    log:
-        f"{R}/problems/{{problem}}/logs/decompose.log",
-    benchmark:
-        f"{R}/problems/{{problem}}/benchmarks/decompose.tsv"
-    group:
-        prepare_group
-    threads: 1  # numerical work single-threaded (querysmasher.threads); the grid runs jobs side by side
-    resources:
-        mem_mb=decompose_mem_mb,  # from the workload: the dense Grams it keeps (random views: one each)
-        runtime=decompose_runtime,
     script:
         "../scripts/decompose.py"

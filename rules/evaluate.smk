@@ -4,33 +4,14 @@
 # peak memory come from the benchmark files of the experiment's jobs and of its solve jobs.
 # HDMM experiments release only where the full data vector fits (MEASURED, rules/common.smk).
 
-_PROBLEM_STAGES = ("decompose",)  # shared by the problem's experiments (rules/common.smk)
-
-
-def _stages(wc):
-    return ["decompose", "allocate"] + (["measure", "reconstruct"] if MEASURED[wc.experiment] else [])
-
-
-def _release_inputs(wc):
-    """Answers and records (release runs only) and the benchmark file of every stage that ran."""
-    out = {f"bench_{s}": (problem_path(f"benchmarks/{s}.tsv", wc) if s in _PROBLEM_STAGES else f"{R}/{wc.experiment}/benchmarks/{s}.tsv") for s in _stages(wc)}
-    if MEASURED[wc.experiment]:
-        out.update(answers=f"{R}/{wc.experiment}/answers.h5", data=experiment_data_inputs(wc))
-    return out
-
 
 rule evaluate:
     input:
-        unpack(_release_inputs),
+        unpack(evaluate_inputs),
         plan=f"{R}/{{experiment}}/plan.h5",
         manifest=lambda wc: problem_path("manifest.json", wc),
     output:
         f"{R}/{{experiment}}/metrics.json",
-    params:
-        source=lambda wc: experiment_data_source(wc) if MEASURED[wc.experiment] else None,
-        experiment=lambda wc: experiment_of(wc).as_dict(),
-        stages=_stages,
-        lib=lambda wc: lib("evaluate", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/evaluate.log",
     benchmark:
@@ -42,5 +23,10 @@ rule evaluate:
         # the plan, the records and one view's answers at a time (released), or the plan's summary
         mem_mb=stage_resource("evaluate", "mem_mb"),
         runtime=stage_resource("evaluate", "runtime"),
+    params:
+        source=lambda wc: experiment_data_source(wc) if MEASURED[wc.experiment] else None,
+        experiment=lambda wc: experiment_of(wc).as_dict(),
+        stages=evaluated_stages,
+        lib=lambda wc: lib("evaluate", experiment_of(wc).method),
     script:
         "../scripts/evaluate.py"

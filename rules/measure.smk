@@ -10,10 +10,6 @@ rule measure:
         data=experiment_data_inputs,
     output:
         f"{R}/{{experiment}}/measurements.h5",
-    params:
-        source=experiment_data_source,
-        seed=lambda wc: experiment_of(wc).seed,
-        lib=lambda wc: lib("measure", experiment_of(wc).method),
     log:
         f"{R}/{{experiment}}/logs/measure.log",
     benchmark:
@@ -25,5 +21,9 @@ rule measure:
         # the plan (and the decomposition re-deriving its query factors), the records, one view at a time
         mem_mb=stage_resource("measure", "mem_mb"),
         runtime=stage_resource("measure", "runtime"),
+    params:
+        source=experiment_data_source,
+        seed=lambda wc: experiment_of(wc).seed,
+        lib=lambda wc: lib("measure", experiment_of(wc).method),
     script:
         "../scripts/measure.py"

@@ -7,11 +7,8 @@ rule reconstruct:
         plan=f"{R}/{{experiment}}/plan.h5",
         measurements=f"{R}/{{experiment}}/measurements.h5",
     output:
-        answers=f"{R}/{{experiment}}/answers.h5",
         **({"tables": directory(f"{R}/{{experiment}}/tables")} if CSV_TABLES else {}),
-    params:
-        max_answers=config["reconstruct"]["max_answers"],
-        lib=lambda wc: lib("reconstruct", experiment_of(wc).method),
+        answers=f"{R}/{{experiment}}/answers.h5",
     log:
         f"{R}/{{experiment}}/logs/reconstruct.log",
     benchmark:
@@ -23,5 +20,8 @@ rule reconstruct:
         # the plan (and the decomposition re-deriving its query factors), one view at a time
         mem_mb=stage_resource("reconstruct", "mem_mb"),
         runtime=stage_resource("reconstruct", "runtime"),
+    params:
+        max_answers=config["reconstruct"]["max_answers"],
+        lib=lambda wc: lib("reconstruct", experiment_of(wc).method),
     script:
         "../scripts/reconstruct.py"

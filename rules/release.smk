@@ -12,9 +12,6 @@ rule release:
         domain=lambda wc: release_spec(wc).domain,
     output:
         directory(layout.release_dir("{name}")),
-    params:
-        spec=lambda wc: config["releases"][wc.name],
-        lib=lambda wc: lib("release", release_spec(wc).method),
     log:
         layout.release_log_path("{name}"),
     benchmark:
@@ -24,5 +21,8 @@ rule release:
         # planning the spec's tables, the custodian's records, one view at a time
         mem_mb=lambda wildcards, attempt: release_resource(wildcards, "mem_mb", attempt),
         runtime=lambda wildcards, attempt: release_resource(wildcards, "runtime", attempt),
+    params:
+        spec=lambda wc: config["releases"][wc.name],
+        lib=lambda wc: lib("release", release_spec(wc).method),
     script:
         "../scripts/release.py"

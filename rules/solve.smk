@@ -11,33 +11,25 @@
 # the longest solves start first.
 
 
-def _key(wc):
-    return wc.key
-
-
-def _batch(wc):
-    return f"batch-{wc.bid}"
-
-
 rule solve:
     input:
         subproblem=f"{R}/subproblems/{{key}}.h5",
-        context=solve_context(_key),
+        context=solve_context(solve_file_of),
     output:
         f"{R}/solves/{{ns}}/{{key}}.h5",
-    params:
-        method=solve_method,
-        options=lambda wc: solver_options(solve_method(wc)),
-        lib=lambda wc: lib("solve", solve_method(wc)),
     log:
         f"{R}/logs/solve/{{ns}}/{{key}}.log",
     benchmark:
         f"{R}/benchmarks/solve/{{ns}}/{{key}}.tsv"
+    priority: solve_priority(solve_file_of)  # longest first
     threads: SOLVE["threads"]
-    priority: solve_priority(_key)  # longest first
     resources:
-        mem_mb=solve_resource(_key, "mem_mb"),
-        runtime=solve_resource(_key, "runtime"),
+        mem_mb=solve_resource(solve_file_of, "mem_mb"),
+        runtime=solve_resource(solve_file_of, "runtime"),
+    params:
+        method=solve_method,
+        options=lambda wc: solver_options(solve_method(wc)),
+        lib=lambda wc: lib("solve", solve_method(wc)),
     script:
         "../scripts/solve.py"
 
@@ -46,23 +38,23 @@ rule solve_batch:
     input:
         members=f"{R}/batches/{{bid}}.json",
         subproblems=batch_members,
-        context=solve_context(_batch),
+        context=solve_context(batch_file_of),
     output:
         f"{R}/solves/{{ns}}/batch-{{bid}}.h5",
-    params:
-        method=solve_method,
-        options=lambda wc: solver_options(solve_method(wc)),
-        lib=lambda wc: lib("solve", solve_method(wc)),
     log:
         f"{R}/logs/solve/{{ns}}/batch-{{bid}}.log",
     benchmark:
         f"{R}/benchmarks/solve/{{ns}}/batch-{{bid}}.tsv"
-    threads: 1
-    priority: solve_priority(_batch)
+    priority: solve_priority(batch_file_of)
     group:
         solve_batch_group  # on a cluster: a context solver's batches, by decompose chunk (rules/common.smk)
+    threads: 1
     resources:
-        mem_mb=solve_resource(_batch, "mem_mb"),
-        runtime=solve_resource(_batch, "runtime"),
+        mem_mb=solve_resource(batch_file_of, "mem_mb"),
+        runtime=solve_resource(batch_file_of, "runtime"),
+    params:
+        method=solve_method,
+        options=lambda wc: solver_options(solve_method(wc)),
+        lib=lambda wc: lib("solve", solve_method(wc)),
     script:
         "../scripts/solve.py"

@@ -12,8 +12,19 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 with steps.logged(sm.log[0]):
     p = sm.params
     summary = steps.allocate_to_files(
-        sm.input.workload, sm.input.decomposition, list(sm.input.solves), sm.output.plan, sm.output.summary,
-        method=p.method, objective=p.objective, budget=p.budget, delta=p.delta, neighbours=p.neighbours,
-        options=dict(p.options), experiment=dict(p.experiment), mechanisms=p.mechanisms, max_variance=p.max_variance,
+        sm.input.workload,
+        sm.input.decomposition,
+        list(sm.input.solves),
+        sm.output.plan,
+        sm.output.summary,
+        method=p.method,
+        objective=p.objective,
+        budget=p.budget,
+        delta=p.delta,
+        neighbours=p.neighbours,
+        options=dict(p.options),
+        experiment=dict(p.experiment),
+        mechanisms=p.mechanisms,
+        max_variance=p.max_variance,
     )
     print(f"predicted RMSE {summary['predicted_rmse']:.6g}")

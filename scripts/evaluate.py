@@ -13,9 +13,12 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 with logged(sm.log[0]):
     keys = sm.input.keys()
     m = evaluate(
-        sm.input.plan, sm.output[0], manifest_path=sm.input.manifest,
+        sm.input.plan,
+        sm.output[0],
+        manifest_path=sm.input.manifest,
         benchmarks={s: sm.input[f"bench_{s}"] for s in sm.params.stages},
         answers_path=sm.input.answers if "answers" in keys else None,
-        source=dict(sm.params.source) if sm.params.source else None, experiment=dict(sm.params.experiment),
+        source=dict(sm.params.source) if sm.params.source else None,
+        experiment=dict(sm.params.experiment),
     )
     print({k: m.get(k) for k in ("predicted_rmse", "empirical_rmse", "total_seconds", "peak_memory_mb")})

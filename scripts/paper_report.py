@@ -15,7 +15,15 @@ sm = snakemake  # noqa: F821  (injected by the script: directive)
 with steps.logged(sm.log[0]):
     metrics = [json.loads(Path(p).read_text()) for p in sm.input.metrics]
     figures = {name: sm.output[key] for key, name in dict(sm.params.figures).items()}
-    print(paper_report.write_paper_outputs(
-        int(sm.params.table), metrics, [dict(u) for u in sm.params.unsupported], dict(sm.params.labels),
-        sm.output.csv, sm.output.md, figures, figs=load_paper_figures(sm.input.paper),
-    ))
+    print(
+        paper_report.write_paper_outputs(
+            int(sm.params.table),
+            metrics,
+            [dict(u) for u in sm.params.unsupported],
+            dict(sm.params.labels),
+            sm.output.csv,
+            sm.output.md,
+            figures,
+            figs=load_paper_figures(sm.input.paper),
+        )
+    )

@@ -10,4 +10,8 @@ from querysmasher.pipeline import steps
 sm = snakemake  # noqa: F821  (injected by the script: directive)
 with steps.logged(sm.log[0]):
     csv_dir = sm.output.tables if "tables" in sm.output.keys() else None
-    print(steps.reconstruct_to_file(sm.input.plan, sm.input.measurements, sm.output.answers, csv_dir=csv_dir, max_answers=sm.params.max_answers))
+    print(
+        steps.reconstruct_to_file(
+            sm.input.plan, sm.input.measurements, sm.output.answers, csv_dir=csv_dir, max_answers=sm.params.max_answers
+        )
+    )

@@ -11,7 +11,10 @@ with steps.logged(sm.log[0]):
     subproblems = sm.input.subproblems if "subproblems" in sm.input.keys() else [sm.input.subproblem]
     context = list(sm.input.context)
     info = steps.solve_subproblem_files(
-        list(subproblems), sm.output[0], method=sm.params.method, options=dict(sm.params.options),
+        list(subproblems),
+        sm.output[0],
+        method=sm.params.method,
+        options=dict(sm.params.options),
         workload_path=context[0] if context else None,
     )
     print(info)

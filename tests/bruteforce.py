@@ -22,14 +22,28 @@ operator measure applies), which are the objects under test.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
 __all__ = [
-    "HAND_WRITTEN", "matrix_1d", "definition_1d", "pair_matrix", "marginal_map", "view_queries",
-    "full_workload", "full_privacy_gram", "applied_full_privacy_gram", "measured_operator", "pinv", "cost",
-    "explicit_variances", "gls_histogram", "true_histogram", "subqueries", "product_answers",
+    "HAND_WRITTEN",
+    "matrix_1d",
+    "definition_1d",
+    "pair_matrix",
+    "marginal_map",
+    "view_queries",
+    "full_workload",
+    "full_privacy_gram",
+    "applied_full_privacy_gram",
+    "measured_operator",
+    "pinv",
+    "cost",
+    "explicit_variances",
+    "gls_histogram",
+    "true_histogram",
+    "subqueries",
+    "product_answers",
 ]
 
 # ----------------------------------------------------------------------------- hand-written 1-D matrices
@@ -41,86 +55,86 @@ __all__ = [
 HAND_WRITTEN: dict[str, dict[int, list[list[int]]]] = {
     "marginal": {
         1: [[1]],
-        2: [[1, 0],
-            [0, 1]],
-        3: [[1, 0, 0],
-            [0, 1, 0],
-            [0, 0, 1]],
-        4: [[1, 0, 0, 0],
-            [0, 1, 0, 0],
-            [0, 0, 1, 0],
-            [0, 0, 0, 1]],
+        2: [[1, 0], [0, 1]],
+        3: [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        4: [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
     },
     "prefix": {
         1: [[1]],
-        2: [[1, 0],
-            [1, 1]],
-        3: [[1, 0, 0],
-            [1, 1, 0],
-            [1, 1, 1]],
-        4: [[1, 0, 0, 0],
-            [1, 1, 0, 0],
-            [1, 1, 1, 0],
-            [1, 1, 1, 1]],
+        2: [[1, 0], [1, 1]],
+        3: [[1, 0, 0], [1, 1, 0], [1, 1, 1]],
+        4: [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]],
     },
     "range": {
         1: [[1]],
-        2: [[1, 0],   # [0, 0]
-            [1, 1],   # [0, 1]
-            [0, 1]],  # [1, 1]
-        3: [[1, 0, 0],   # [0, 0]
-            [1, 1, 0],   # [0, 1]
-            [1, 1, 1],   # [0, 2]
-            [0, 1, 0],   # [1, 1]
-            [0, 1, 1],   # [1, 2]
-            [0, 0, 1]],  # [2, 2]
-        4: [[1, 0, 0, 0],   # [0, 0]
-            [1, 1, 0, 0],   # [0, 1]
-            [1, 1, 1, 0],   # [0, 2]
-            [1, 1, 1, 1],   # [0, 3]
-            [0, 1, 0, 0],   # [1, 1]
-            [0, 1, 1, 0],   # [1, 2]
-            [0, 1, 1, 1],   # [1, 3]
-            [0, 0, 1, 0],   # [2, 2]
-            [0, 0, 1, 1],   # [2, 3]
-            [0, 0, 0, 1]],  # [3, 3]
+        2: [
+            [1, 0],  # [0, 0]
+            [1, 1],  # [0, 1]
+            [0, 1],
+        ],  # [1, 1]
+        3: [
+            [1, 0, 0],  # [0, 0]
+            [1, 1, 0],  # [0, 1]
+            [1, 1, 1],  # [0, 2]
+            [0, 1, 0],  # [1, 1]
+            [0, 1, 1],  # [1, 2]
+            [0, 0, 1],
+        ],  # [2, 2]
+        4: [
+            [1, 0, 0, 0],  # [0, 0]
+            [1, 1, 0, 0],  # [0, 1]
+            [1, 1, 1, 0],  # [0, 2]
+            [1, 1, 1, 1],  # [0, 3]
+            [0, 1, 0, 0],  # [1, 1]
+            [0, 1, 1, 0],  # [1, 2]
+            [0, 1, 1, 1],  # [1, 3]
+            [0, 0, 1, 0],  # [2, 2]
+            [0, 0, 1, 1],  # [2, 3]
+            [0, 0, 0, 1],
+        ],  # [3, 3]
     },
     "circular": {
         1: [[1]],
-        2: [[1, 0],   # length 1
+        2: [
+            [1, 0],  # length 1
             [0, 1],
-            [1, 1],   # length 2 (the whole circle, once per start)
-            [1, 1]],
-        3: [[1, 0, 0],   # length 1
+            [1, 1],  # length 2 (the whole circle, once per start)
+            [1, 1],
+        ],
+        3: [
+            [1, 0, 0],  # length 1
             [0, 1, 0],
             [0, 0, 1],
-            [1, 1, 0],   # length 2: starts 0, 1, 2
+            [1, 1, 0],  # length 2: starts 0, 1, 2
             [0, 1, 1],
             [1, 0, 1],
-            [1, 1, 1],   # length 3
+            [1, 1, 1],  # length 3
             [1, 1, 1],
-            [1, 1, 1]],
-        4: [[1, 0, 0, 0],   # length 1
+            [1, 1, 1],
+        ],
+        4: [
+            [1, 0, 0, 0],  # length 1
             [0, 1, 0, 0],
             [0, 0, 1, 0],
             [0, 0, 0, 1],
-            [1, 1, 0, 0],   # length 2: starts 0, 1, 2, 3
+            [1, 1, 0, 0],  # length 2: starts 0, 1, 2, 3
             [0, 1, 1, 0],
             [0, 0, 1, 1],
             [1, 0, 0, 1],
-            [1, 1, 1, 0],   # length 3
+            [1, 1, 1, 0],  # length 3
             [0, 1, 1, 1],
             [1, 0, 1, 1],
             [1, 1, 0, 1],
-            [1, 1, 1, 1],   # length 4
+            [1, 1, 1, 1],  # length 4
             [1, 1, 1, 1],
             [1, 1, 1, 1],
-            [1, 1, 1, 1]],
+            [1, 1, 1, 1],
+        ],
     },
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def definition_1d(family: str, n: int) -> np.ndarray:
     """A 1-D family built cell by cell from its definition (any n; read-only)."""
     cells = range(n)

@@ -59,6 +59,7 @@ WORKER_MEMORY = 6 << 30  # address space of the worker: a runaway allocation fai
 
 # ---- the corpus ---------------------------------------------------------------------------------
 
+
 def build_corpus(folder: Path) -> dict[str, dict[str, str]]:
     """Plan, measurements and records files of every kind in ``folder`` (built once)."""
     import pandas as pd
@@ -73,7 +74,10 @@ def build_corpus(folder: Path) -> dict[str, dict[str, str]]:
         for kind, argv in KINDS.items():
             plan, meas = folder / f"{kind}.plan.h5", folder / f"{kind}.meas.h5"
             assert main(["plan", "--schema", SCHEMA, *argv, "--out", str(plan), "-q"]) == 0, kind
-            assert main(["measure", "--plan", str(plan), "--data", str(data), "--out", str(meas), "--seed", "1", "-q"]) == 0, kind
+            assert (
+                main(["measure", "--plan", str(plan), "--data", str(data), "--out", str(meas), "--seed", "1", "-q"])
+                == 0
+            ), kind
             corpus[kind] = {"plan": str(plan), "meas": str(meas), "data": str(data)}
     return corpus
 
@@ -83,8 +87,22 @@ def build_corpus(folder: Path) -> dict[str, dict[str, str]]:
 JSON_ATTRS = ("schema", "budget", "summary", "candidates", "notes")
 ATTR_VALUES = ("delete", "string", "bytes", "nan", "inf", "huge", "big", "negative", "zero", "array", "empty")
 JSON_VALUES = ("delete", "string", "nan", "huge", "big", "negative", "null", "list", "float")
-DATASET_VALUES = ("delete", "nan", "inf", "huge", "big", "all-big", "negative", "string", "other-dtype", "shorter",
-                  "longer", "extra-axis", "scalar", "empty")
+DATASET_VALUES = (
+    "delete",
+    "nan",
+    "inf",
+    "huge",
+    "big",
+    "all-big",
+    "negative",
+    "string",
+    "other-dtype",
+    "shorter",
+    "longer",
+    "extra-axis",
+    "scalar",
+    "empty",
+)
 
 
 def _objects(f: h5py.File) -> list[tuple[str, h5py.HLObject]]:
@@ -117,7 +135,10 @@ def field_mutations(kind: str, target: str, path: str) -> list[dict]:
                 if attr in JSON_ATTRS:
                     out.append({"how": "json", "object": name, "attr": attr, "key": [], "value": "invalid"})
                     for key in _json_paths(json.loads(obj.attrs[attr])):
-                        out += [{"how": "json", "object": name, "attr": attr, "key": list(key), "value": v} for v in JSON_VALUES]
+                        out += [
+                            {"how": "json", "object": name, "attr": attr, "key": list(key), "value": v}
+                            for v in JSON_VALUES
+                        ]
                 else:
                     out += [{"how": "attr", "object": name, "attr": attr, "value": v} for v in ATTR_VALUES]
             if isinstance(obj, h5py.Dataset):
@@ -138,8 +159,14 @@ def flip_mutations(kind: str, target: str, path: str, count: int, rng: np.random
             out.append({"how": how, "length": int(rng.integers(0, size))})
         else:
             n = 8 if how == "bits" else 1
-            out.append({"how": how, "offsets": rng.integers(0, size, n).tolist(), "bits": rng.integers(0, 8, n).tolist(),
-                        "xor": int(rng.integers(1, 256))})
+            out.append(
+                {
+                    "how": how,
+                    "offsets": rng.integers(0, size, n).tolist(),
+                    "bits": rng.integers(0, 8, n).tolist(),
+                    "xor": int(rng.integers(1, 256)),
+                }
+            )
     for m in out:
         m.update(kind=kind, target=target)
     return out
@@ -148,13 +175,30 @@ def flip_mutations(kind: str, target: str, path: str, count: int, rng: np.random
 def _replacement(value: str, like: np.ndarray | None = None):
     integer = like is not None and like.dtype.kind in "iub"
     return {
-        "string": "x", "bytes": np.bytes_(b"\xff\xfe\x00bad"), "nan": math.nan, "inf": math.inf, "huge": 1e300,
-        "big": 10**6 if integer or like is None else 1e6, "negative": -5, "zero": 0, "array": np.arange(3), "empty": "",
+        "string": "x",
+        "bytes": np.bytes_(b"\xff\xfe\x00bad"),
+        "nan": math.nan,
+        "inf": math.inf,
+        "huge": 1e300,
+        "big": 10**6 if integer or like is None else 1e6,
+        "negative": -5,
+        "zero": 0,
+        "array": np.arange(3),
+        "empty": "",
     }[value]
 
 
 def _json_value(value: str):
-    return {"string": "x", "nan": math.nan, "huge": 1e300, "big": 10**6, "negative": -5, "null": None, "list": [], "float": 0.5}[value]
+    return {
+        "string": "x",
+        "nan": math.nan,
+        "huge": 1e300,
+        "big": 10**6,
+        "negative": -5,
+        "null": None,
+        "list": [],
+        "float": 0.5,
+    }[value]
 
 
 def _edit_json(doc, key: list, value: str):
@@ -181,7 +225,13 @@ def _edit_dataset(group: h5py.Group, name: str, value: str, rng: np.random.Gener
     if value == "delete":
         return
     if value in ("nan", "inf", "huge", "big", "negative"):
-        number = {"nan": math.nan, "inf": math.inf, "huge": 1e300 if arr.dtype.kind == "f" else 2**62, "big": 10**6, "negative": -5}[value]
+        number = {
+            "nan": math.nan,
+            "inf": math.inf,
+            "huge": 1e300 if arr.dtype.kind == "f" else 2**62,
+            "big": 10**6,
+            "negative": -5,
+        }[value]
         if arr.dtype.kind in "iu" and value in ("nan", "inf"):
             arr = arr.astype(float)
         elif arr.dtype.kind not in "iufb":
@@ -198,7 +248,13 @@ def _edit_dataset(group: h5py.Group, name: str, value: str, rng: np.random.Gener
         group.create_dataset(name, data=arr, dtype=h5py.string_dtype())
         return
     elif value == "other-dtype":
-        arr = arr.astype(float) + 0.5 if arr.dtype.kind in "iub" else np.zeros(arr.shape, dtype=np.int64) if arr.dtype.kind == "f" else np.zeros(arr.shape)
+        arr = (
+            arr.astype(float) + 0.5
+            if arr.dtype.kind in "iub"
+            else np.zeros(arr.shape, dtype=np.int64)
+            if arr.dtype.kind == "f"
+            else np.zeros(arr.shape)
+        )
     elif value == "shorter":
         arr = arr[:-1] if arr.ndim else arr.reshape(1)[:0]
     elif value == "longer":
@@ -221,7 +277,7 @@ def apply_mutation(m: dict, src: str, dst: str) -> None:
         Path(dst).write_bytes(bytes(raw))
         return
     if m["how"] == "truncate":
-        Path(dst).write_bytes(bytes(raw[:m["length"]]))
+        Path(dst).write_bytes(bytes(raw[: m["length"]]))
         return
     Path(dst).write_bytes(bytes(raw))
     rng = np.random.default_rng(int(hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()[:8], 16))
@@ -248,7 +304,11 @@ def describe(m: dict) -> str:
         return f"{m['kind']} {m['target']}: {m['how']} at {m['offsets'][:3]}"
     if m["how"] == "truncate":
         return f"{m['kind']} {m['target']}: truncated to {m['length']} bytes"
-    where = m["object"] + ("" if m["how"] == "dataset" else f"@{m['attr']}") + ("".join(f"[{k!r}]" for k in m.get("key", [])))
+    where = (
+        m["object"]
+        + ("" if m["how"] == "dataset" else f"@{m['attr']}")
+        + ("".join(f"[{k!r}]" for k in m.get("key", [])))
+    )
     return f"{m['kind']} {m['target']}: {where} = {m['value']}"
 
 
@@ -267,6 +327,7 @@ def sample_variants(corpus: dict, n_field: int, n_flip: int, seed: int) -> list[
 
 
 # ---- running one variant (in the worker) --------------------------------------------------------
+
 
 class _Recorder:
     """A noise source that adds no noise and records each (clean vector, scale) measure releases."""
@@ -299,7 +360,9 @@ def hdmm_applied_cost(plan) -> float:
     for x in range(cells):
         rec = _Recorder()
         hdmm_measure(plan, np.eye(cells)[x], rec.source)
-        total = sum(float(np.sum(c * c)) / s if how == "gaussian" else float(np.sum(np.abs(c))) / s for how, c, s in rec.calls)
+        total = sum(
+            float(np.sum(c * c)) / s if how == "gaussian" else float(np.sum(np.abs(c))) / s for how, c, s in rec.calls
+        )
         worst = max(worst, total)
     return worst
 
@@ -368,8 +431,14 @@ def _cli(argv: list[str], inputs: list[str], out_dir: Path) -> dict:
             sys.stderr = saved_err
         err.seek(0)
         lines = [line for line in err.read().splitlines() if line.strip()]
-    return {"argv": argv, "code": code, "stderr": lines, "escaped": escaped,
-            "written": sorted(p.name for p in out_dir.iterdir()), "inputs_unchanged": _digest(inputs) == before}
+    return {
+        "argv": argv,
+        "code": code,
+        "stderr": lines,
+        "escaped": escaped,
+        "written": sorted(p.name for p in out_dir.iterdir()),
+        "inputs_unchanged": _digest(inputs) == before,
+    }
 
 
 def run_variant(m: dict, corpus: dict, work: Path) -> list[dict]:
@@ -383,11 +452,32 @@ def run_variant(m: dict, corpus: dict, work: Path) -> list[dict]:
     runs = []
     if m["target"] == "meas":
         out = work / "reconstruct"
-        runs.append(("reconstruct", _cli(["reconstruct", "--plan", src["plan"], "--measurements", str(bad), "--out", str(out / "answers.h5"), "-q"],
-                                         [src["plan"], str(bad)], out)))
+        runs.append(
+            (
+                "reconstruct",
+                _cli(
+                    [
+                        "reconstruct",
+                        "--plan",
+                        src["plan"],
+                        "--measurements",
+                        str(bad),
+                        "--out",
+                        str(out / "answers.h5"),
+                        "-q",
+                    ],
+                    [src["plan"], str(bad)],
+                    out,
+                ),
+            )
+        )
         return [dict(r, command=c) for c, r in runs]
     out = work / "measure"
-    measured = _cli(["measure", "--plan", str(bad), "--data", src["data"], "--out", str(out / "meas.h5"), "--seed", "2", "-q"], [str(bad), src["data"]], out)
+    measured = _cli(
+        ["measure", "--plan", str(bad), "--data", src["data"], "--out", str(out / "meas.h5"), "--seed", "2", "-q"],
+        [str(bad), src["data"]],
+        out,
+    )
     if measured["code"] == 0 and measured["written"] == ["meas.h5"]:
         with h5py.File(out / "meas.h5", "r") as f:
             budget = json.loads(f.attrs["budget"])
@@ -403,8 +493,25 @@ def run_variant(m: dict, corpus: dict, work: Path) -> list[dict]:
             f.attrs["plan_sha256"] = plan_digest(bad)
     runs.append(("measure", measured))
     out = work / "reconstruct"
-    runs.append(("reconstruct", _cli(["reconstruct", "--plan", str(bad), "--measurements", str(meas), "--out", str(out / "answers.h5"), "-q"],
-                                     [str(bad), str(meas)], out)))
+    runs.append(
+        (
+            "reconstruct",
+            _cli(
+                [
+                    "reconstruct",
+                    "--plan",
+                    str(bad),
+                    "--measurements",
+                    str(meas),
+                    "--out",
+                    str(out / "answers.h5"),
+                    "-q",
+                ],
+                [str(bad), str(meas)],
+                out,
+            ),
+        )
+    )
     return [dict(r, command=c) for c, r in runs]
 
 
@@ -413,7 +520,9 @@ def worker(spec_path: str, start: int, results_path: str) -> None:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (min(WORKER_MEMORY, hard) if hard != resource.RLIM_INFINITY else WORKER_MEMORY, hard))
+    resource.setrlimit(
+        resource.RLIMIT_AS, (min(WORKER_MEMORY, hard) if hard != resource.RLIM_INFINITY else WORKER_MEMORY, hard)
+    )
     signal.signal(signal.SIGALRM, _alarm)
     try:
         from querysmasher import h5read
@@ -431,7 +540,16 @@ def worker(spec_path: str, start: int, results_path: str) -> None:
             try:
                 runs = run_variant(variants[i], corpus, work / str(i))
             except BaseException as exc:  # noqa: BLE001 - a broken harness is a finding too
-                runs = [{"command": "harness", "code": None, "stderr": [], "escaped": f"harness {type(exc).__name__}: {exc}", "written": [], "inputs_unchanged": True}]
+                runs = [
+                    {
+                        "command": "harness",
+                        "code": None,
+                        "stderr": [],
+                        "escaped": f"harness {type(exc).__name__}: {exc}",
+                        "written": [],
+                        "inputs_unchanged": True,
+                    }
+                ]
             out.write(json.dumps({"done": i, "runs": runs, "seconds": time.perf_counter() - t0}) + "\n")
             out.flush()
             shutil.rmtree(work / str(i), ignore_errors=True)
@@ -448,7 +566,7 @@ class _Events:
         with open(self.path) as f:
             f.seek(self.offset)
             chunk = f.read()
-        complete = chunk[:chunk.rfind("\n") + 1]
+        complete = chunk[: chunk.rfind("\n") + 1]
         self.offset += len(complete.encode())
         for line in complete.splitlines():
             event = json.loads(line)
@@ -460,7 +578,16 @@ class _Events:
 
 
 def _failed_run(kind: str, detail: str) -> list[dict]:
-    return [{"command": "worker", "code": None, "stderr": [detail], "escaped": kind, "written": [], "inputs_unchanged": True}]
+    return [
+        {
+            "command": "worker",
+            "code": None,
+            "stderr": [detail],
+            "escaped": kind,
+            "written": [],
+            "inputs_unchanged": True,
+        }
+    ]
 
 
 def run_all(corpus: dict, variants: list[dict], work: Path) -> list[list[dict]]:
@@ -472,13 +599,23 @@ def run_all(corpus: dict, variants: list[dict], work: Path) -> list[list[dict]]:
     spec.write_text(json.dumps({"corpus": corpus, "variants": variants, "work": str(work / "runs")}))
     results = work / "results.jsonl"
     results.write_text("")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+    )
     failed: dict[int, list] = {}
     events = _Events(results)
     start = 0
     while start < len(variants):
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(spec), str(start), str(results)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(spec), str(start), str(results)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen, since = None, time.monotonic()
         while proc.poll() is None:
             time.sleep(0.2)
@@ -493,7 +630,9 @@ def run_all(corpus: dict, variants: list[dict], work: Path) -> list[list[dict]]:
         err = proc.stderr.read() if proc.stderr else ""
         current = events.update()
         if current is not None and current not in failed:  # the worker died inside this variant
-            failed[current] = _failed_run(f"crash (exit {proc.returncode})", err.strip().splitlines()[-1] if err.strip() else "")
+            failed[current] = _failed_run(
+                f"crash (exit {proc.returncode})", err.strip().splitlines()[-1] if err.strip() else ""
+            )
         finished = set(events.done) | set(failed)
         start = next((i for i in range(len(variants)) if i not in finished), len(variants))
         if proc.returncode == 0 and start < len(variants):
@@ -502,6 +641,7 @@ def run_all(corpus: dict, variants: list[dict], work: Path) -> list[list[dict]]:
 
 
 # ---- judging ------------------------------------------------------------------------------------
+
 
 def problems(run: dict) -> list[str]:
     """What is wrong with one command's run (empty: it kept the promise)."""

@@ -1,7 +1,6 @@
 import math
 
 import numpy as np
-
 import pytest
 from scipy.stats import norm
 
@@ -21,7 +20,9 @@ def test_delta_matches_the_papers_formula(beta, eps):
     assert delta_for(beta, eps) == pytest.approx(_delta_direct(beta, eps), rel=1e-9, abs=1e-300)
 
 
-@pytest.mark.parametrize("lo, hi", [(-1e6, -1e3), (-1e3, -40.0), (-40.0, -29.0), (-29.0, -5.0), (-5.0, 0.0), (0.0, 6.0), (6.0, 38.0)])
+@pytest.mark.parametrize(
+    "lo, hi", [(-1e6, -1e3), (-1e3, -40.0), (-40.0, -29.0), (-29.0, -5.0), (-5.0, 0.0), (0.0, 6.0), (6.0, 38.0)]
+)
 def test_log_ndtr_is_scipys(lo, hi):
     """The hand-written log Phi (the accounting's only use of scipy was its import) against
     scipy.special.log_ndtr, across the erfc range, the asymptotic series and the switch at -30."""
@@ -62,8 +63,17 @@ def test_budget_conversions():
     assert set(ed.to_dict()) >= {"beta", "rho", "mu", "epsilon", "delta"}
 
 
-@pytest.mark.parametrize("make", [lambda: Budget.from_beta(0), lambda: Budget.from_beta(-1), lambda: Budget.from_rho(float("nan")),
-                                  lambda: Budget.from_epsilon_delta(1, 0), lambda: Budget.from_epsilon_delta(1, 1), lambda: Budget.from_mu(-2)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Budget.from_beta(0),
+        lambda: Budget.from_beta(-1),
+        lambda: Budget.from_rho(float("nan")),
+        lambda: Budget.from_epsilon_delta(1, 0),
+        lambda: Budget.from_epsilon_delta(1, 1),
+        lambda: Budget.from_mu(-2),
+    ],
+)
 def test_bad_budgets_are_refused(make):
     with pytest.raises(InputError):
         make()
@@ -112,7 +122,7 @@ def test_delta_for_against_60_digit_arithmetic():
     worst = 0.0
     for _ in range(3000):
         beta = 10 ** rng.uniform(-40, 5)
-        s = beta ** 0.5
+        s = beta**0.5
         eps = [rng.uniform(0, 38) * s, 10 ** rng.uniform(-300, 2), rng.uniform(0, 1) * beta][rng.integers(3)]
         sm, em = mpmath.sqrt(mpmath.mpf(beta)), mpmath.mpf(eps)
         exact = mpmath.ncdf(sm / 2 - em / sm) - mpmath.exp(em) * mpmath.ncdf(-sm / 2 - em / sm)

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from bruteforce import product_answers
+
 from querysmasher.accounting import Budget
 from querysmasher.data import load_records
 from querysmasher.measure import measure
@@ -23,7 +23,9 @@ def test_adult_hybrid_empirical_rmse_matches_prediction(adult_data, seed):
     sq, n = 0.0, 0
     for v in plan.workload.views:
         shape = tuple(schema.sizes[a] for a in v.attrs)  # the records' marginal, counted here
-        table = np.bincount(np.ravel_multi_index(tuple(records.codes[:, list(v.attrs)].T), shape), minlength=int(np.prod(shape)))
+        table = np.bincount(
+            np.ravel_multi_index(tuple(records.codes[:, list(v.attrs)].T), shape), minlength=int(np.prod(shape))
+        )
         truth = product_answers(plan.workload, v, table.reshape(shape))
         sq += float(np.sum((rec.view_answers(v) - truth) ** 2))
         n += truth.size

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from bruteforce import full_privacy_gram, gls_histogram, marginal_map, measured_operator, pinv, true_histogram
+
 import querysmasher as qs
 from querysmasher.errors import InputError
 
@@ -38,11 +38,17 @@ def test_table_is_the_explicit_least_squares_estimate(small, attrs):
     assert np.allclose(t["estimate"], m @ gls_histogram(plan, release), rtol=1e-8, atol=1e-8)
     assert list(t.columns) == [plan.schema.names[a] for a in idx] + ["estimate", "variance"]
     truth = true_histogram(records.to_numpy(), plan.schema.sizes)
-    noiseless = qs.Measurements(release.index, [measured_operator(plan, int(i)) @ truth * np.sqrt(plan.allocation.sigma2[int(i)]) for i in release.index], True)
+    noiseless = qs.Measurements(
+        release.index,
+        [measured_operator(plan, int(i)) @ truth * np.sqrt(plan.allocation.sigma2[int(i)]) for i in release.index],
+        True,
+    )
     exact = qs.Answers(plan, noiseless).table(attrs)
     assert np.allclose(exact["estimate"], m @ truth, rtol=1e-9, atol=1e-9)
     if idx:  # one row per cell, row-major over the attributes
-        assert list(zip(*(exact[plan.schema.names[a]] for a in idx))) == list(np.ndindex(*(plan.schema.sizes[a] for a in idx)))
+        assert list(zip(*(exact[plan.schema.names[a]] for a in idx))) == list(
+            np.ndindex(*(plan.schema.sizes[a] for a in idx))
+        )
 
 
 def test_view_answers_and_unmeasured_table(small):
@@ -100,7 +106,7 @@ def test_budget_keywords():
 
 def test_readme_python_api_section_runs(tmp_path, monkeypatch):
     text = README.read_text()
-    section = text[text.index("## Python API"):]
+    section = text[text.index("## Python API") :]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "README.md", "exec"), {})  # noqa: S102  (the README's own example)

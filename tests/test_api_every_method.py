@@ -30,7 +30,7 @@ RECORD_TYPES = {"hdmm": HDMMPlan, "qsplus": MarginalPlan}
 
 def _readme_block() -> str:
     text = README.read_text()
-    section = text[text.index("## Python API"):]
+    section = text[text.index("## Python API") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 

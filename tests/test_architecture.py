@@ -18,11 +18,36 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "querysmasher"
 # Bottom to top; a module may import modules of its own layer or of lower ones (never a cycle).
 # Patterns are module names relative to the package (fnmatch-like: a trailing ".*" covers a package).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("records and math", (
-        "errors", "logs", "threads", "atomic", "documents", "filenames", "registry", "linalg", "schema", "families", "workload",
-        "options", "accounting", "allocation", "noise", "data", "io", "h5read", "planheader", "workloadfile", "paper", "plankinds", "tablefiles",
-        "importgraph", "measurement",
-    )),
+    (
+        "records and math",
+        (
+            "errors",
+            "logs",
+            "threads",
+            "atomic",
+            "documents",
+            "filenames",
+            "registry",
+            "linalg",
+            "schema",
+            "families",
+            "workload",
+            "options",
+            "accounting",
+            "allocation",
+            "noise",
+            "data",
+            "io",
+            "h5read",
+            "planheader",
+            "workloadfile",
+            "paper",
+            "plankinds",
+            "tablefiles",
+            "importgraph",
+            "measurement",
+        ),
+    ),
     ("mechanisms and decomposition", ("mechanisms", "mechanisms.*", "decompose", "fulldomain", "svd_bound")),
     ("solvers", ("solvers", "solvers.*", "queryfactor")),
     ("method table", ("methods",)),
@@ -43,7 +68,7 @@ STRING_KINDS = ("lazy_factory", "string")
 
 
 def _relative(mod: str, package: str) -> str:
-    return mod[len(package) + 1:] if mod != package else ""
+    return mod[len(package) + 1 :] if mod != package else ""
 
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
@@ -70,8 +95,13 @@ def hidden_imports(root: Path = ROOT) -> list[str]:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} ({LAYERS[_layer(m)][0]}) -> {t} ({LAYERS[_layer(t)][0]})"
-                  for m, ts in graph.items() if m for t in ts if _layer(t) > _layer(m))
+    return sorted(
+        f"{m} ({LAYERS[_layer(m)][0]}) -> {t} ({LAYERS[_layer(t)][0]})"
+        for m, ts in graph.items()
+        if m
+        for t in ts
+        if _layer(t) > _layer(m)
+    )
 
 
 def _layer(mod: str) -> int:
@@ -146,30 +176,51 @@ def _in_function(*lines: str) -> str:
     return "def _later():\n" + "".join(f"    {line}\n" for line in lines)
 
 
-@pytest.mark.parametrize("module, code, edge", [
-    ("errors.py", _in_function("import importlib", "return importlib.import_module('querysmasher.api')"),
-     "errors (records and math) -> api (faces)"),
-    ("linalg.py", _in_function("from importlib import import_module", "return import_module('..planning', __name__)"),
-     "linalg (records and math) -> planning (planning)"),
-    ("schema.py", "from .registry import lazy_factory\n_LATER = lazy_factory('querysmasher.planning', 'make_plan')\n",
-     "schema (records and math) -> planning (planning)"),
-    ("solvers/qs.py", "from ..registry import lazy_factory\n_LATER = lazy_factory('querysmasher.hdmm.plan', 'X')\n",
-     "solvers.qs (solvers) -> hdmm.plan (planners)"),
-    ("noise.py", "_OPERATION = 'querysmasher.measure:measure_plan_to_file'\n",
-     "noise (records and math) -> measure (stages)"),
-])
+@pytest.mark.parametrize(
+    "module, code, edge",
+    [
+        (
+            "errors.py",
+            _in_function("import importlib", "return importlib.import_module('querysmasher.api')"),
+            "errors (records and math) -> api (faces)",
+        ),
+        (
+            "linalg.py",
+            _in_function("from importlib import import_module", "return import_module('..planning', __name__)"),
+            "linalg (records and math) -> planning (planning)",
+        ),
+        (
+            "schema.py",
+            "from .registry import lazy_factory\n_LATER = lazy_factory('querysmasher.planning', 'make_plan')\n",
+            "schema (records and math) -> planning (planning)",
+        ),
+        (
+            "solvers/qs.py",
+            "from ..registry import lazy_factory\n_LATER = lazy_factory('querysmasher.hdmm.plan', 'X')\n",
+            "solvers.qs (solvers) -> hdmm.plan (planners)",
+        ),
+        (
+            "noise.py",
+            "_OPERATION = 'querysmasher.measure:measure_plan_to_file'\n",
+            "noise (records and math) -> measure (stages)",
+        ),
+    ],
+)
 def test_an_upward_import_made_by_a_string_is_refused(tmp_path, module, code, edge):
     """importlib.import_module, lazy_factory and "module:attribute" names count as imports."""
     assert edge in upward_imports(import_graph(_copy_with(tmp_path, module, code)))
 
 
-@pytest.mark.parametrize("module, code", [
-    ("decompose.py", "from querysmasher import errors\n"),
-    ("planning.py", _in_function("from querysmasher import make_plan", "return make_plan")),
-    ("hdmm/plan.py", "from .. import make_plan\n"),  # a lazy re-export of the root, relatively
-    ("measure.py", "import querysmasher\n"),
-    ("plankinds.py", "_TYPO = 'querysmasher.hdmm.relase:measure_hdmm_to_file'\n"),  # names no module
-])
+@pytest.mark.parametrize(
+    "module, code",
+    [
+        ("decompose.py", "from querysmasher import errors\n"),
+        ("planning.py", _in_function("from querysmasher import make_plan", "return make_plan")),
+        ("hdmm/plan.py", "from .. import make_plan\n"),  # a lazy re-export of the root, relatively
+        ("measure.py", "import querysmasher\n"),
+        ("plankinds.py", "_TYPO = 'querysmasher.hdmm.relase:measure_hdmm_to_file'\n"),  # names no module
+    ],
+)
 def test_an_import_of_the_package_root_or_of_no_module_is_refused(tmp_path, module, code):
     found = hidden_imports(_copy_with(tmp_path, module, code))
     where = f"querysmasher.{module[:-3].replace('/', '.')}:"
@@ -195,18 +246,22 @@ def test_no_module_imports_another_modules_private_names():
     for m, p in mods.items():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("querysmasher")):
-                found += [f"{m}: {a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                found += [
+                    f"{m}: {a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert found == []
 
 
-@pytest.mark.parametrize("graph, cycles", [({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]), ({"a": {"b"}, "b": set()}, [])])
+@pytest.mark.parametrize(
+    "graph, cycles", [({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]), ({"a": {"b"}, "b": set()}, [])]
+)
 def test_the_cycle_finder_finds_cycles(graph, cycles):
     assert _cycles(graph) == cycles
 
 
 def test_the_module_map_lists_every_module():
     doc = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
-    layout = doc[doc.index("## Module map"):]
-    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    layout = doc[doc.index("## Module map") :]
+    layout = layout[: layout.index("```", layout.index("```") + 3)]
     missing = [m for m in _modules() if m and not re.search(rf"\b{re.escape(m.split('.')[-1])}\b", layout)]
     assert not missing, f"docs/architecture.md's module map does not list {missing}"

@@ -30,7 +30,18 @@ def _record(wd: Path, output: str, rule: str, start: float, end: float, inputs: 
     meta = wd / ".snakemake" / "metadata"
     meta.mkdir(parents=True, exist_ok=True)
     name = base64.b64encode(output.encode()).decode().rstrip("=").replace("/", "@")
-    (meta / name).write_text(json.dumps({"rule": rule, "starttime": start, "endtime": end, "input": inputs, "job_hash": hash(output), "incomplete": False}))
+    (meta / name).write_text(
+        json.dumps(
+            {
+                "rule": rule,
+                "starttime": start,
+                "endtime": end,
+                "input": inputs,
+                "job_hash": hash(output),
+                "incomplete": False,
+            }
+        )
+    )
     (wd / output).parent.mkdir(parents=True, exist_ok=True)
     (wd / output).write_text("x")
 
@@ -91,8 +102,15 @@ def test_compare_tables_finds_the_largest_difference_per_method(tmp_path):
     import pandas as pd
 
     compare = _bench("compare_tables").compare
-    old = pd.DataFrame({"table": [3, 3, 3], "dataset": ["cps", "cps", "adult"], "method": ["qs", "wff", "qs"],
-                        "rmse": [2.0, 3.0, 4.0], "lower_bound_rmse": [1.9, float("nan"), 3.9]})
+    old = pd.DataFrame(
+        {
+            "table": [3, 3, 3],
+            "dataset": ["cps", "cps", "adult"],
+            "method": ["qs", "wff", "qs"],
+            "rmse": [2.0, 3.0, 4.0],
+            "lower_bound_rmse": [1.9, float("nan"), 3.9],
+        }
+    )
     new = old.copy()
     new.loc[2, "rmse"] = 4.0 * (1 + 1e-9)
     (tmp_path / "old.csv").write_text(old.to_csv(index=False))
@@ -114,11 +132,21 @@ def test_startup_workflow_has_one_job_per_kind_and_index(tmp_path):
     for k, body in startup.KINDS.items():
         if body is not None:
             (tmp_path / f"{k.replace('+', '_')}.py").write_text(body)
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "rules", "all"], cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "rules", "all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
-    counts = {line.split()[0]: int(line.split()[1]) for line in out.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()}
-    assert {r: counts.get(r) for r in ("shell", "script", "stage", "stage_scipy")} == dict.fromkeys(("shell", "script", "stage", "stage_scipy"), 3)
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in out.stdout.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+    assert {r: counts.get(r) for r in ("shell", "script", "stage", "stage_scipy")} == dict.fromkeys(
+        ("shell", "script", "stage", "stage_scipy"), 3
+    )
     assert "from querysmasher.pipeline import steps" in startup.KINDS["stage"]
     split = startup.import_split(1)
     assert split["querysmasher"] > 0 and split["numpy"] > 0 and "scipy" not in split

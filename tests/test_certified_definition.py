@@ -26,7 +26,9 @@ def test_summary_plan_file_and_evaluation_agree_on_certified(tmp_path, method, w
     metrics = evaluate(path, tmp_path / "metrics.json")
     assert metrics["certified"] is certified
     if certified:
-        assert summary["gap"] == pytest.approx(relative_gap(summary["total_variance"], summary["lower_bound"]), rel=1e-12)
+        assert summary["gap"] == pytest.approx(
+            relative_gap(summary["total_variance"], summary["lower_bound"]), rel=1e-12
+        )
         assert metrics["lower_bound_rmse"] == pytest.approx(summary["lower_bound_rmse"], rel=1e-12)
     else:
         assert metrics["lower_bound_rmse"] is None
@@ -55,7 +57,9 @@ def test_plan_json_of_the_allocate_step_says_certified_as_the_summary_does(tmp_p
     from querysmasher.workloadfile import write_workload_file
 
     write_workload_file(tmp_path / "workload.h5", "synthetic:n=3,d=3", workload)
-    allocate_to_files(tmp_path / "workload.h5", None, [], tmp_path / "plan.h5", tmp_path / "plan.json", method=method, budget=1.0)
+    allocate_to_files(
+        tmp_path / "workload.h5", None, [], tmp_path / "plan.h5", tmp_path / "plan.json", method=method, budget=1.0
+    )
     on_file = json.loads((tmp_path / "plan.json").read_text())
     assert on_file["certified"] is certified
     assert evaluate(tmp_path / "plan.h5", tmp_path / "metrics.json")["certified"] is certified

@@ -16,21 +16,59 @@ def test_the_module_entry_point_runs_in_its_own_process(tmp_path):
     fresh process, with this checkout's package: a result on stdout and exit 0; bad input, one
     line on stderr and exit 2. Every other command-line test runs main() in-process."""
     env = {**os.environ, "PYTHONPATH": str(Path(querysmasher.__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "querysmasher", "plan", "--schema", "synthetic:n=3,d=2", "--workload", "prefix:1", "--method", "rp", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "querysmasher",
+        "plan",
+        "--schema",
+        "synthetic:n=3,d=2",
+        "--workload",
+        "prefix:1",
+        "--method",
+        "rp",
+        "--json",
+    ]
     ok = subprocess.run([*cmd, "--out", str(tmp_path / "p.h5")], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["queries"] == 6 and (tmp_path / "p.h5").is_file()
     bad = subprocess.run([*cmd, "--beta", "0"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--beta 0.0" in bad.stderr
-    assert "querysmasher = \"querysmasher.cli:main\"" in (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert (
+        'querysmasher = "querysmasher.cli:main"' in (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    )
 
 
 def test_plan_json_has_the_documented_fields(tmp_path, cli):
     out = tmp_path / "plan.h5"
-    r = cli("plan", "--schema", "synthetic:n=10,d=40", "--workload", "prefix:1,2", "--method", "wff", "--json", "--out", str(out))
+    r = cli(
+        "plan",
+        "--schema",
+        "synthetic:n=10,d=40",
+        "--workload",
+        "prefix:1,2",
+        "--method",
+        "wff",
+        "--json",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    for field in ("rmse", "total_variance", "queries", "views", "residual_views", "distinct_solves", "beta", "rho", "mu", "epsilon", "delta", "seconds"):
+    for field in (
+        "rmse",
+        "total_variance",
+        "queries",
+        "views",
+        "residual_views",
+        "distinct_solves",
+        "beta",
+        "rho",
+        "mu",
+        "epsilon",
+        "delta",
+        "seconds",
+    ):
         assert field in s
     assert (s["queries"], s["views"], s["residual_views"], s["distinct_solves"]) == (78_400, 820, 821, 3)
     assert round(s["rmse"], 2) == 39.70
@@ -93,14 +131,26 @@ def test_hdmm_through_the_commands(tmp_path, cli):
     import pandas as pd
 
     data = tmp_path / "d.csv"
-    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(
+        data, index=False
+    )
     plan, meas, ans = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    assert cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(plan)).returncode == 0
+    assert (
+        cli(
+            "plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(plan)
+        ).returncode
+        == 0
+    )
     assert cli("measure", "--plan", str(plan), "--data", str(data), "--out", str(meas)).returncode == 0
     r = cli("reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(ans))
     assert r.returncode == 0 and json.loads(r.stdout)["queries"] == 60
     big = tmp_path / "big.h5"
-    assert cli("plan", "--schema", "synthetic:n=10,d=40", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(big)).returncode == 0
+    assert (
+        cli(
+            "plan", "--schema", "synthetic:n=10,d=40", "--workload", "prefix:1,2", "--method", "hdmm", "--out", str(big)
+        ).returncode
+        == 0
+    )
     r = cli("measure", "--plan", str(big), "--data", str(data), "--out", str(tmp_path / "m2.h5"))
     assert r.returncode == 2 and "max_domain_cells" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m2.h5").exists()
@@ -108,7 +158,22 @@ def test_hdmm_through_the_commands(tmp_path, cli):
 
 def test_solver_option_flag_reaches_the_solver(capsys):
     def summary(*extra):
-        assert main(["plan", "--schema", "synthetic:n=5,d=3", "--workload", "range:1+affine:2", "--method", "qs", "--json", *extra]) == 0
+        assert (
+            main(
+                [
+                    "plan",
+                    "--schema",
+                    "synthetic:n=5,d=3",
+                    "--workload",
+                    "range:1+affine:2",
+                    "--method",
+                    "qs",
+                    "--json",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         return json.loads(capsys.readouterr().out)
 
     loose = summary("--option", "target_gap=0.05")
@@ -128,7 +193,23 @@ def test_commands_round_trip_a_plan_with_lowrank_views(tmp_path):
     data = tmp_path / "d.csv"
     pd.DataFrame(np.random.default_rng(0).integers(0, 6, (200, 2)), columns=["a0", "a1"]).to_csv(data, index=False)
     plan, meas, ans = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    assert main(["plan", "--schema", "synthetic:n=6,d=2", "--workload", "affine:2", "--method", "qs", "--out", str(plan), "-q"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--schema",
+                "synthetic:n=6,d=2",
+                "--workload",
+                "affine:2",
+                "--method",
+                "qs",
+                "--out",
+                str(plan),
+                "-q",
+            ]
+        )
+        == 0
+    )
     p = load_plan(plan)
     kinds = {p.solutions[k].mechanism.kind for k in p.keys}
     assert "lowrank" in kinds

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from bruteforce import pinv
+
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
 from querysmasher.planning import make_plan
@@ -14,9 +14,16 @@ from querysmasher.workload import parse_workload
 BETA1 = Budget.from_beta(1.0)
 
 TABLE4_WFF = [
-    (10, "marginal:1,2", 23.48), (10, "prefix:1,2", 39.70), (10, "range:1,2", 41.36), (10, "circular:1,2", 39.77),
-    (10, "prefix:1+affine:2", 45.23), (10, "prefix:1+abs:2", 64.11),
-    (20, "prefix:1,2", 62.95), (20, "range:1,2", 63.58), (20, "prefix:1+affine:2", 70.31), (20, "prefix:1+abs:2", 102.54),
+    (10, "marginal:1,2", 23.48),
+    (10, "prefix:1,2", 39.70),
+    (10, "range:1,2", 41.36),
+    (10, "circular:1,2", 39.77),
+    (10, "prefix:1+affine:2", 45.23),
+    (10, "prefix:1+abs:2", 64.11),
+    (20, "prefix:1,2", 62.95),
+    (20, "range:1,2", 63.58),
+    (20, "prefix:1+affine:2", 70.31),
+    (20, "prefix:1+abs:2", 102.54),
 ]
 
 
@@ -33,7 +40,14 @@ def test_wff_random_is_within_two_percent_of_table_4():
 
 @pytest.mark.parametrize(
     "schema, k, expected",
-    [("cps", 1, 1.744), ("cps", 2, 2.035), ("cps", 3, 2.048), ("adult", 1, 3.047), ("adult", 2, 6.359), ("adult", 3, 10.515)],
+    [
+        ("cps", 1, 1.744),
+        ("cps", 2, 2.035),
+        ("cps", 3, 2.048),
+        ("adult", 1, 3.047),
+        ("adult", 2, 6.359),
+        ("adult", 3, 10.515),
+    ],
 )
 def test_rp_and_wff_are_equal_on_marginals(schema, k, expected):
     rp = make_plan(schema, f"marginal:{k}", "rp", BETA1).rmse

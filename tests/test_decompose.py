@@ -3,8 +3,8 @@ import json
 
 import numpy as np
 import pytest
-
 from bruteforce import subqueries, view_queries
+
 from querysmasher.decompose import decompose, subquery_matrix
 from querysmasher.linalg import project_gram
 from querysmasher.schema import parse_schema
@@ -30,7 +30,9 @@ def _lift(sub: np.ndarray, sizes, keep) -> np.ndarray:
     return t.ravel()
 
 
-@pytest.mark.parametrize("spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "marginal:4"])
+@pytest.mark.parametrize(
+    "spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "marginal:4"]
+)
 def test_subqueries_sum_back_and_are_orthogonal(small_schema, spec):
     w = parse_workload(spec, small_schema)
     for v in w.views:
@@ -46,7 +48,9 @@ def test_subqueries_sum_back_and_are_orthogonal(small_schema, spec):
             assert np.allclose(a @ b.T, 0)  # every subquery of one view ⟂ every one of another
 
 
-@pytest.mark.parametrize("spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "custom"])
+@pytest.mark.parametrize(
+    "spec", ["prefix:1,2", "range:2+affine:2", "hybrid:1,2,3", "random:1,2", "circular:2+abs:2@3", "custom"]
+)
 def test_compact_grams_equal_the_explicit_subworkload_grams(small_schema, spec, tmp_path):
     if spec == "custom":
         rng = np.random.default_rng(3)
@@ -138,7 +142,7 @@ def test_subproblem_file_of_a_recipe_holds_no_matrix_and_rebuilds_it_checked(tmp
     from querysmasher.pipeline.cache import read_subproblem, write_subproblem
 
     d = decompose(parse_workload("random:2", parse_schema("synthetic:n=20,d=2")), lazy=True)
-    (key, gram), = ((k, g) for k, g in d.distinct().items() if g.cells == 400)
+    ((key, gram),) = ((k, g) for k, g in d.distinct().items() if g.cells == 400)
     path = tmp_path / "sub.h5"
     assert write_subproblem(key, gram, d.store, path)
     assert path.stat().st_size < 50_000  # the 400 x 400 Gram (1.28 MB) is not in the file
@@ -156,8 +160,13 @@ def test_subproblem_file_of_a_recipe_holds_no_matrix_and_rebuilds_it_checked(tmp
     # any query matrix is drawn (sizes that would build a huge one, a shape that is not the Gram's)
     good = json.loads(h5py.File(path, "r").attrs["recipes"])
     entry = next(iter(good.values()))
-    for bad in ({**entry, "shape": [401, 401]}, {**entry, "recipe": {**entry["recipe"], "sizes": [10**6, 10**6]}},
-                {**entry, "recipe": {**entry["recipe"], "family": "prefix"}}, {**entry, "recipe": {**entry["recipe"], "keep": [True]}}, "x"):
+    for bad in (
+        {**entry, "shape": [401, 401]},
+        {**entry, "recipe": {**entry["recipe"], "sizes": [10**6, 10**6]}},
+        {**entry, "recipe": {**entry["recipe"], "family": "prefix"}},
+        {**entry, "recipe": {**entry["recipe"], "keep": [True]}},
+        "x",
+    ):
         with h5py.File(path, "r+") as f:
             f.attrs["recipes"] = json.dumps({next(iter(good)): bad})
         with pytest.raises(ValueError, match="does not describe a dense term"):

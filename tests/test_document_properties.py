@@ -19,7 +19,9 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 _YAML_CHARS = st.sampled_from(list(string.ascii_letters + string.digits + " :-_.,[]{}&*!|>'\"#%@`~?\n\t<=+\\"))
 
 
-@pytest.mark.parametrize("parse, alphabet", [(parse_yaml, _YAML_CHARS), (parse_json, st.characters())], ids=["yaml", "json"])
+@pytest.mark.parametrize(
+    "parse, alphabet", [(parse_yaml, _YAML_CHARS), (parse_json, st.characters())], ids=["yaml", "json"]
+)
 def test_any_text_is_a_document_or_one_input_error(parse, alphabet):
     @FUZZ
     @given(st.text(alphabet, max_size=200))
@@ -50,15 +52,33 @@ def test_yaml_1_1_forms_stay_strings(word):
     assert parse_yaml(f"x: {word}", "spec") == {"x": word}
 
 
-@pytest.mark.parametrize("text, value", [("0x10", 16), ("0o17", 15), ("010", 10), ("-3", -3), ("true", True), ("False", False),
-                                         ("~", None), ("null", None), ("1e-6", 1e-6), (".5", 0.5), ("-.inf", float("-inf"))])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0x10", 16),
+        ("0o17", 15),
+        ("010", 10),
+        ("-3", -3),
+        ("true", True),
+        ("False", False),
+        ("~", None),
+        ("null", None),
+        ("1e-6", 1e-6),
+        (".5", 0.5),
+        ("-.inf", float("-inf")),
+    ],
+)
 def test_yaml_1_2_core_forms(text, value):
     assert parse_yaml(f"x: {text}", "spec") == {"x": value}
 
 
 _KEYS = st.text(string.ascii_lowercase, min_size=1, max_size=6)
-_SCALARS = st.one_of(st.integers(-1000, 1000), st.floats(allow_nan=False, allow_infinity=False, width=32), st.booleans(),
-                     st.text(string.ascii_letters, min_size=1, max_size=8))
+_SCALARS = st.one_of(
+    st.integers(-1000, 1000),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.booleans(),
+    st.text(string.ascii_letters, min_size=1, max_size=8),
+)
 _TREES = st.recursive(_SCALARS, lambda inner: st.dictionaries(_KEYS, inner, max_size=4), max_leaves=12)
 
 
@@ -100,7 +120,10 @@ def test_a_later_mapping_replaces_an_earlier_scalar(tmp_path):
 
 
 @FUZZ
-@given(st.lists(st.dictionaries(_KEYS, _TREES, max_size=4), min_size=1, max_size=4), st.dictionaries(_KEYS, _SCALARS, max_size=3))
+@given(
+    st.lists(st.dictionaries(_KEYS, _TREES, max_size=4), min_size=1, max_size=4),
+    st.dictionaries(_KEYS, _SCALARS, max_size=3),
+)
 def test_config_files_are_layered_as_snakemake_layers_them(tmp_path_factory, layers, cli):
     from snakemake.utils import update_config
 
@@ -120,11 +143,16 @@ def test_config_files_are_layered_as_snakemake_layers_them(tmp_path_factory, lay
         update_config(theirs, layer)
     assert ours == theirs
     assert read_workflow_config(paths[:1], paths[1:], cli, replace_workflow_config=True) == merge_config(
-        read_workflow_config([], paths[1:], {}), cli)
+        read_workflow_config([], paths[1:], {}), cli
+    )
 
 
-_SPEC_VALUES = st.one_of(_SCALARS, st.none(), st.lists(_SCALARS, max_size=3), st.dictionaries(_KEYS, _SCALARS, max_size=3))
-_SPEC_KEYS = st.sampled_from(["data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess", "seed", "zz"])
+_SPEC_VALUES = st.one_of(
+    _SCALARS, st.none(), st.lists(_SCALARS, max_size=3), st.dictionaries(_KEYS, _SCALARS, max_size=3)
+)
+_SPEC_KEYS = st.sampled_from(
+    ["data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess", "seed", "zz"]
+)
 
 
 @FUZZ
@@ -137,7 +165,11 @@ def test_any_release_spec_mapping_parses_or_is_one_input_error(raw):
 
 
 @FUZZ
-@given(st.sampled_from(["rho", "mu", "beta", "epsilon"]), st.floats(allow_nan=True, allow_infinity=True), st.one_of(st.none(), st.floats()))
+@given(
+    st.sampled_from(["rho", "mu", "beta", "epsilon"]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.one_of(st.none(), st.floats()),
+)
 def test_any_release_budget_parses_or_is_one_input_error(form, value, delta):
     budget = {form: value} if delta is None else {form: value, "delta": delta}
     raw = {"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["a"]}], "budget": budget}

@@ -3,8 +3,8 @@ enumerates them, the query counts, the closed-form Grams, and the views a worklo
 
 import numpy as np
 import pytest
-
 from bruteforce import HAND_WRITTEN, definition_1d, pair_matrix, product_answers, view_queries
+
 from querysmasher.decompose import view_query_matrix
 from querysmasher.families import count_1d, gram_1d, pair_count, pair_query_matrix, query_matrix_1d, random_query_matrix
 from querysmasher.workload import parse_workload
@@ -19,36 +19,30 @@ PAIRS = {
     ("affine", 1, 3): [[1, 0, 0], [1, 1, 0], [1, 1, 1]],
     ("abs", 1, 3): [[1, 0, 0], [1, 1, 0], [1, 1, 1]],
     # cells (0,0) (0,1) (1,0) (1,1): sums 0 1 1 2, differences 0 1 1 0
-    ("affine", 2, 2): [[1, 0, 0, 0],   # A1 + A2 <= 0
-                       [1, 1, 1, 0],   # <= 1
-                       [1, 1, 1, 1]],  # <= 2
-    ("abs", 2, 2): [[1, 0, 0, 1],      # |A1 - A2| <= 0
-                    [1, 1, 1, 1]],     # <= 1
+    ("affine", 2, 2): [
+        [1, 0, 0, 0],  # A1 + A2 <= 0
+        [1, 1, 1, 0],  # <= 1
+        [1, 1, 1, 1],
+    ],  # <= 2
+    ("abs", 2, 2): [
+        [1, 0, 0, 1],  # |A1 - A2| <= 0
+        [1, 1, 1, 1],
+    ],  # <= 1
     # cells (0,0) (0,1) (0,2) (1,0) (1,1) (1,2): sums 0 1 2 1 2 3, differences 0 1 2 1 0 1
-    ("affine", 2, 3): [[1, 0, 0, 0, 0, 0],
-                       [1, 1, 0, 1, 0, 0],
-                       [1, 1, 1, 1, 1, 0],
-                       [1, 1, 1, 1, 1, 1]],
-    ("abs", 2, 3): [[1, 0, 0, 0, 1, 0],
-                    [1, 1, 0, 1, 1, 1],
-                    [1, 1, 1, 1, 1, 1]],
+    ("affine", 2, 3): [[1, 0, 0, 0, 0, 0], [1, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]],
+    ("abs", 2, 3): [[1, 0, 0, 0, 1, 0], [1, 1, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]],
     # cells (0,0) (0,1) (1,0) (1,1) (2,0) (2,1): sums 0 1 1 2 2 3, differences 0 1 1 0 2 1
-    ("affine", 3, 2): [[1, 0, 0, 0, 0, 0],
-                       [1, 1, 1, 0, 0, 0],
-                       [1, 1, 1, 1, 1, 0],
-                       [1, 1, 1, 1, 1, 1]],
-    ("abs", 3, 2): [[1, 0, 0, 1, 0, 0],
-                    [1, 1, 1, 1, 0, 1],
-                    [1, 1, 1, 1, 1, 1]],
+    ("affine", 3, 2): [[1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]],
+    ("abs", 3, 2): [[1, 0, 0, 1, 0, 0], [1, 1, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]],
     # cells (0,0) .. (2,2): sums 0 1 2 1 2 3 2 3 4, differences 0 1 2 1 0 1 2 1 0
-    ("affine", 3, 3): [[1, 0, 0, 0, 0, 0, 0, 0, 0],
-                       [1, 1, 0, 1, 0, 0, 0, 0, 0],
-                       [1, 1, 1, 1, 1, 0, 1, 0, 0],
-                       [1, 1, 1, 1, 1, 1, 1, 1, 0],
-                       [1, 1, 1, 1, 1, 1, 1, 1, 1]],
-    ("abs", 3, 3): [[1, 0, 0, 0, 1, 0, 0, 0, 1],
-                    [1, 1, 0, 1, 1, 1, 0, 1, 1],
-                    [1, 1, 1, 1, 1, 1, 1, 1, 1]],
+    ("affine", 3, 3): [
+        [1, 0, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 1, 0, 0],
+        [1, 1, 1, 1, 1, 1, 1, 1, 0],
+        [1, 1, 1, 1, 1, 1, 1, 1, 1],
+    ],
+    ("abs", 3, 3): [[1, 0, 0, 0, 1, 0, 0, 0, 1], [1, 1, 0, 1, 1, 1, 0, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 1]],
 }
 
 
@@ -66,7 +60,12 @@ def test_hand_written_counts_are_the_papers():
     """n queries per attribute for marginal and prefix, n(n+1)/2 for range and n^2 for circular
     (Table 4: e.g. circular 1-way + 2-way on [10]^40 is 40 * 10^2 + 780 * 10^4 = 7,804,000)."""
     for n in (1, 2, 3, 4):
-        assert [len(HAND_WRITTEN[f][n]) for f in ("marginal", "prefix", "range", "circular")] == [n, n, n * (n + 1) // 2, n * n]
+        assert [len(HAND_WRITTEN[f][n]) for f in ("marginal", "prefix", "range", "circular")] == [
+            n,
+            n,
+            n * (n + 1) // 2,
+            n * n,
+        ]
     assert 40 * 10**2 + 780 * 10**4 == 7_804_000 and 40 * 55 + 780 * 55**2 == 2_361_700
 
 

@@ -5,10 +5,9 @@ The harness is tests/filefuzz.py; ``python tests/filefuzz.py`` prints the outcom
 
 from collections import Counter
 
+import filefuzz as ff
 import h5py
 import pytest
-
-import filefuzz as ff
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +29,24 @@ def test_the_corpus_holds_every_mechanism_kind(corpus):
                 kinds |= {(g.attrs["kind"], g.attrs.get("storage", "")) for g in f["solutions"].values()}
                 if name == "random":
                     assert "random" in f.attrs["workload"]
-    assert {("kron", ""), ("lowrank", "eigenpairs"), ("lowrank", "query-factor"), ("fourier", ""), "hdmm-gaussian", "hdmm-laplace"} <= kinds
+    assert {
+        ("kron", ""),
+        ("lowrank", "eigenpairs"),
+        ("lowrank", "query-factor"),
+        ("fourier", ""),
+        "hdmm-gaussian",
+        "hdmm-laplace",
+    } <= kinds
 
 
 def _check(corpus, variants, work):
     results = ff.run_all(corpus, variants, work)
-    failures = [f"{ff.describe(m)} | {r['command']} | {'; '.join(ff.problems(r))}"
-                for m, runs in zip(variants, results) for r in runs if ff.problems(r)]
+    failures = [
+        f"{ff.describe(m)} | {r['command']} | {'; '.join(ff.problems(r))}"
+        for m, runs in zip(variants, results)
+        for r in runs
+        if ff.problems(r)
+    ]
     assert not failures, f"{len(failures)} failing runs:\n" + "\n".join(failures[:30])
     return ff.report(results, variants)
 
@@ -60,12 +70,15 @@ def test_1600_corrupted_files_are_refused_in_one_line_or_measured_within_budget(
     assert both[("measure", "ok (exit 0)")] > 100 and both[("measure", "refused (exit 2, one line)")] > 300, counts
 
 
-@pytest.mark.parametrize("behaviour, needle", [
-    ("crash", r"--plan '.*f\.h5': is corrupted: the HDF5 library crashed reading it \(SIGSEGV\)"),
-    ("hang", r"--plan '.*f\.h5': is corrupted: the HDF5 library was still reading its structure after 0\.5 s"),
-    ("error", None),  # a Python-level error is left to the checked reads that follow
-    ("fine", None),
-])
+@pytest.mark.parametrize(
+    "behaviour, needle",
+    [
+        ("crash", r"--plan '.*f\.h5': is corrupted: the HDF5 library crashed reading it \(SIGSEGV\)"),
+        ("hang", r"--plan '.*f\.h5': is corrupted: the HDF5 library was still reading its structure after 0\.5 s"),
+        ("error", None),  # a Python-level error is left to the checked reads that follow
+        ("fine", None),
+    ],
+)
 def test_the_probe_turns_a_crash_or_a_hang_inside_hdf5_into_one_error(tmp_path, monkeypatch, behaviour, needle):
     """libhdf5 segfaults or loops on some corrupted files (about 1 in 750 random bit flips), where no
     Python check can act: the CLI reads each input's structure in a forked child first."""

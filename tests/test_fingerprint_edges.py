@@ -48,8 +48,12 @@ def _edited(root: Path, *modules: str):
 
 
 def _prints(root: Path) -> dict[tuple[str, str], str]:
-    return {(s, m): fingerprint.library_fingerprint(s, m, root=root) for s in PLANNING + RELEASE for m in METHODS
-            if s != "solve" or m in PER_VIEW}
+    return {
+        (s, m): fingerprint.library_fingerprint(s, m, root=root)
+        for s in PLANNING + RELEASE
+        for m in METHODS
+        if s != "solve" or m in PER_VIEW
+    }
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +70,10 @@ def _changed(package, module: str) -> set[tuple[str, str]]:
     return {k for k in before if before[k] != after[k]}
 
 
-@pytest.mark.parametrize("method, module", [("hdmm", "hdmm/release.py"), ("qsplus", "marginal_family/release.py"),
-                                            ("qsplus", "marginal_family/gls.py")])
+@pytest.mark.parametrize(
+    "method, module",
+    [("hdmm", "hdmm/release.py"), ("qsplus", "marginal_family/release.py"), ("qsplus", "marginal_family/gls.py")],
+)
 def test_a_plan_kinds_release_module_reruns_its_methods_release_stages_only(package, method, module):
     """The module of a kind's check, measure, reconstruct and released-answers operations (named by
     string in the plan-kind table, reached by no import of the stages) is part of that method's
@@ -94,14 +100,17 @@ def test_the_residual_kinds_own_module_reruns_the_residual_methods_release_stage
     assert _changed(package, "measurement.py") == {(s, m) for s in RELEASE for m in METHODS}
 
 
-@pytest.mark.parametrize("method, module, others", [
-    ("hdmm", "hdmm/plan.py", ("rp", "qs", "rpplus", "mm", "qsplus")),
-    ("qsplus", "marginal_family/method.py", ("rp", "qs", "rpplus", "mm", "hdmm")),
-    ("qsplus", "marginal_family/planner.py", ("rp", "qs", "rpplus", "mm", "hdmm")),
-    # mm's planner and qsplus's reference plan build QSSolver: their allocate runs it too
-    ("qs", "solvers/qs.py", ("rp", "rpplus", "hdmm")),
-    ("mm", "planners/mm.py", ("rp", "qs", "rpplus", "hdmm", "qsplus")),
-])
+@pytest.mark.parametrize(
+    "method, module, others",
+    [
+        ("hdmm", "hdmm/plan.py", ("rp", "qs", "rpplus", "mm", "qsplus")),
+        ("qsplus", "marginal_family/method.py", ("rp", "qs", "rpplus", "mm", "hdmm")),
+        ("qsplus", "marginal_family/planner.py", ("rp", "qs", "rpplus", "mm", "hdmm")),
+        # mm's planner and qsplus's reference plan build QSSolver: their allocate runs it too
+        ("qs", "solvers/qs.py", ("rp", "rpplus", "hdmm")),
+        ("mm", "planners/mm.py", ("rp", "qs", "rpplus", "hdmm", "qsplus")),
+    ],
+)
 def test_a_methods_planner_module_reruns_its_allocate_and_no_other_methods(package, method, module, others):
     """The solver or planner class a method's name selects (a ``lazy_factory`` name in the method
     table) is part of that method's allocate hash (and solve's, for a solver) and of no other's."""
@@ -152,7 +161,9 @@ def test_a_plugin_plan_kinds_modules_are_hashed_for_its_method(tmp_path, monkeyp
     from toy_planner import ToyPlanner
 
     op = "toy_kind:operation"
-    kind = PlanKind("toy-plan", "toy_kind:ToyPlan", False, save=op, load=op, measurements=op, check=op, estimates=op, variances=op)
+    kind = PlanKind(
+        "toy-plan", "toy_kind:ToyPlan", False, save=op, load=op, measurements=op, check=op, estimates=op, variances=op
+    )
     monkeypatch.setitem(PLAN_KINDS, "toy-plan", kind)
     monkeypatch.setitem(PLANNERS, "toykind", ToyPlanner)
     keys = [("measure", "toykind"), ("allocate", "toykind"), ("measure", "hdmm")]
@@ -167,8 +178,9 @@ def test_a_plugin_plan_kinds_modules_are_hashed_for_its_method(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("snakemake") is None,
-                    reason="snakemake is not installed (pip install -e '.[workflow]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("snakemake") is None, reason="snakemake is not installed (pip install -e '.[workflow]')"
+)
 def test_snakemake_reruns_only_the_edited_kinds_release_jobs(tmp_path):
     """A tiny grid of qs, hdmm and qsplus run once on a copy of the library (PYTHONPATH); after a
     line added to a kind's release module, ``snakemake -n`` lists that method's measure, reconstruct
@@ -183,8 +195,19 @@ def test_snakemake_reruns_only_the_edited_kinds_release_jobs(tmp_path):
         " seeds: [0]}\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(wd),
-           "--configfile", str(wd / "config.yaml"), "--cores", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "workflow" / "Snakefile"),
+        "-d",
+        str(wd),
+        "--configfile",
+        str(wd / "config.yaml"),
+        "--cores",
+        "2",
+    ]
 
     def jobs(*args: str) -> set[tuple[str, str]]:
         proc = subprocess.run(cmd + list(args), capture_output=True, text=True, env=env, timeout=600)

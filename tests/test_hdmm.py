@@ -3,8 +3,8 @@ The paper's Table 2 and 4 figures and the template search: test_hdmm_templates.p
 
 import numpy as np
 import pytest
-
 from bruteforce import marginal_map, pinv, view_queries
+
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
@@ -41,9 +41,14 @@ def _explicit(plan):
 @pytest.mark.parametrize(
     "spec, template",
     [
-        ("prefix:1,2", "kron"), ("hybrid:1,2,3", "kron"), ("range:1+prefix:2", "plus-term"),
-        ("circular:1@2+marginal:2", "plus-view"), ("hybrid:1,2,3", "plus-view"), ("marginal:1,2", "marginal"),
-        ("marginal:2@3+marginal:1", "marginal"), ("prefix:1,2", "explicit"),
+        ("prefix:1,2", "kron"),
+        ("hybrid:1,2,3", "kron"),
+        ("range:1+prefix:2", "plus-term"),
+        ("circular:1@2+marginal:2", "plus-view"),
+        ("hybrid:1,2,3", "plus-view"),
+        ("marginal:1,2", "marginal"),
+        ("marginal:2@3+marginal:1", "marginal"),
+        ("prefix:1,2", "explicit"),
     ],
 )
 @pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3)])
@@ -55,7 +60,9 @@ def test_implicit_error_and_privacy_equal_the_explicit_ones(small_schema, spec, 
     assert variance == pytest.approx(plan.total_variance, rel=1e-9)
 
 
-@pytest.mark.parametrize("schema_spec, spec", [("cps", "marginal:1,2,3"), ("adult", "marginal:2"), ("synthetic:n=10,d=40", "marginal:1,2")])
+@pytest.mark.parametrize(
+    "schema_spec, spec", [("cps", "marginal:1,2,3"), ("adult", "marginal:2"), ("synthetic:n=10,d=40", "marginal:1,2")]
+)
 def test_opt_m_attains_the_marginal_optimum(schema_spec, spec):
     """RP is optimal for marginal workloads among all Gaussian mechanisms; OPT_M reaches it."""
     p = plan_hdmm(schema_spec, spec, BETA1, templates=("marginal",))
@@ -88,13 +95,23 @@ class _ZeroNoise:
         return np.zeros(shape)
 
 
-@pytest.mark.parametrize("template, spec", [("kron", "prefix:1,2"), ("plus-term", "range:1+prefix:2"), ("plus-view", "hybrid:1,2"),
-                                             ("marginal", "marginal:1,2"), ("explicit", "hybrid:1,2")])
+@pytest.mark.parametrize(
+    "template, spec",
+    [
+        ("kron", "prefix:1,2"),
+        ("plus-term", "range:1+prefix:2"),
+        ("plus-view", "hybrid:1,2"),
+        ("marginal", "marginal:1,2"),
+        ("explicit", "hybrid:1,2"),
+    ],
+)
 def test_measure_and_reconstruct(small_schema, template, spec):
     plan = plan_hdmm(small_schema, spec, Budget.from_rho(0.5), templates=(template,), restarts=1)
     rng = np.random.default_rng(3)
     x = rng.integers(0, 20, small_schema.domain_cells()).astype(float)
-    truth = [view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views]
+    truth = [
+        view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views
+    ]
     exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _ZeroNoise()))
     for a, t in zip(exact, truth):
         assert np.allclose(a, t)
@@ -103,7 +120,9 @@ def test_measure_and_reconstruct(small_schema, template, spec):
     for g, s2 in zip(plan.groups, plan.allocation.sigma2):
         views = [plan.workload.views[j] for j in g.views]
         q = np.vstack([view_queries(plan.workload, v) @ marginal_map(small_schema.sizes, v.attrs) for v in views])
-        ds = np.concatenate([np.full(view_queries(plan.workload, v).shape[0], v.weight) for v in views])[:, None] * (q @ pinv(g.strategy.dense() / s2) @ q.T)
+        ds = np.concatenate([np.full(view_queries(plan.workload, v).shape[0], v.weight) for v in views])[:, None] * (
+            q @ pinv(g.strategy.dense() / s2) @ q.T
+        )
         var_of_sum += 2 * float(np.sum(ds * ds.T))
     weights = np.array([v.weight for v in plan.workload.views])
     draws = 400
@@ -122,7 +141,9 @@ def test_large_domains_are_planned_but_not_measured():
 
 
 def test_non_product_families_are_refused_in_one_line():
-    with pytest.raises(InputError, match=r"does not support non-product families \(affine, abs, random, custom\): affine:2") as e:
+    with pytest.raises(
+        InputError, match=r"does not support non-product families \(affine, abs, random, custom\): affine:2"
+    ) as e:
         plan_hdmm("synthetic:n=4,d=3", "prefix:1+affine:2", BETA1)
     assert "\n" not in str(e.value)
 
@@ -131,13 +152,28 @@ def test_summary_matches_the_plan_keys_and_runs_are_reproducible(small_schema):
     p = plan_hdmm(small_schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
     s = p.summary()
     qs_keys = make_plan(small_schema, "range:1,2", "rp", Budget.from_rho(0.5)).summary()
-    shared = {"schema", "workload", "rmse", "total_variance", "queries", "views", "beta", "rho", "mu", "epsilon", "delta", "seconds"}
+    shared = {
+        "schema",
+        "workload",
+        "rmse",
+        "total_variance",
+        "queries",
+        "views",
+        "beta",
+        "rho",
+        "mu",
+        "epsilon",
+        "delta",
+        "seconds",
+    }
     assert shared <= set(qs_keys) and shared <= set(s)
     assert s["method"] == "hdmm" and s["template"] == p.template and s["seed"] == 7 and s["restarts"] == 2
     assert s["queries"] == qs_keys["queries"] and s["views"] == qs_keys["views"]
     again = plan_hdmm(small_schema, "range:1,2", Budget.from_rho(0.5), seed=7, restarts=2)
     assert again.total_variance == p.total_variance and again.template == p.template
-    assert {k: c.total_variance for k, c in again.candidates.items()} == {k: c.total_variance for k, c in p.candidates.items()}
+    assert {k: c.total_variance for k, c in again.candidates.items()} == {
+        k: c.total_variance for k, c in p.candidates.items()
+    }
 
 
 def test_strategies_are_validated():
@@ -177,8 +213,16 @@ print(json.dumps({"total_variance": plan.total_variance, "template": plan.templa
 """
 
 
-@pytest.mark.parametrize("template, spec", [("kron", "prefix:1,2"), ("plus-term", "range:1+prefix:2"), ("plus-view", "hybrid:1,2"),
-                                             ("marginal", "marginal:1,2"), ("explicit", "hybrid:1,2")])
+@pytest.mark.parametrize(
+    "template, spec",
+    [
+        ("kron", "prefix:1,2"),
+        ("plus-term", "range:1+prefix:2"),
+        ("plus-view", "hybrid:1,2"),
+        ("marginal", "marginal:1,2"),
+        ("explicit", "hybrid:1,2"),
+    ],
+)
 @pytest.mark.parametrize("budget", [Budget.from_rho(0.5), PureBudget(0.5)], ids=["gaussian", "laplace"])
 def test_a_plan_file_loads_in_another_process_without_the_optimiser(small_schema, tmp_path, template, spec, budget):
     import json
@@ -192,10 +236,17 @@ def test_a_plan_file_loads_in_another_process_without_the_optimiser(small_schema
     path = tmp_path / "plan.h5"
     save_hdmm_plan(plan, path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    r = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_OPTIMISER, str(path)], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", _LOAD_WITHOUT_OPTIMISER, str(path)], capture_output=True, text=True, env=env
+    )
     assert r.returncode == 0, r.stderr
     loaded = json.loads(r.stdout)
-    assert loaded == {"total_variance": pytest.approx(plan.total_variance, rel=1e-12), "template": template, "groups": len(plan.groups), "noise": plan.noise}
+    assert loaded == {
+        "total_variance": pytest.approx(plan.total_variance, rel=1e-12),
+        "template": template,
+        "groups": len(plan.groups),
+        "noise": plan.noise,
+    }
 
 
 def _tamper(path, edit):
@@ -209,11 +260,22 @@ def _tamper(path, edit):
     "edit, needle",
     [
         (lambda f: f["groups/0/strategy/weights"].__setitem__(0, 2.0), "privacy cost 2.0"),
-        (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 0.9 * f["groups/0/strategy/mats/0/0"][()] + 0.1 * np.eye(3)), "expected error"),
-        (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.2 * f["groups/0/strategy/mats/0/0"][()]), "max diagonal 1"),
+        (
+            lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(
+                ..., 0.9 * f["groups/0/strategy/mats/0/0"][()] + 0.1 * np.eye(3)
+            ),
+            "expected error",
+        ),
+        (
+            lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.2 * f["groups/0/strategy/mats/0/0"][()]),
+            "max diagonal 1",
+        ),
         (lambda f: f["groups/0"].attrs.__setitem__("error", f["groups/0"].attrs["error"] * 0.5), "expected error"),
         (lambda f: f.attrs.__setitem__("hdmm_plan_format", 1), "HDMM plan format 1, which does not store the strategy"),
-        (lambda f: f.attrs.__setitem__("hdmm_plan_format", 2), "HDMM plan format 2, which does not record the template search"),
+        (
+            lambda f: f.attrs.__setitem__("hdmm_plan_format", 2),
+            "HDMM plan format 2, which does not record the template search",
+        ),
     ],
 )
 def test_a_tampered_plan_file_is_refused_in_one_line(small_schema, tmp_path, edit, needle):

@@ -5,17 +5,24 @@ import json
 
 import numpy as np
 import pytest
+from bruteforce import definition_1d, marginal_map, view_queries
 from scipy.optimize import minimize
 
-from bruteforce import definition_1d, marginal_map, view_queries
 from querysmasher.errors import InputError
 from querysmasher.hdmm import LaplaceStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
 
 EPS = 0.7
-CASES = [("explicit", "hybrid:1,2"), ("kron", "prefix:1,2"), ("plus-term", "range:1+prefix:2"), ("plus-view", "circular:1@2+marginal:2"),
-         ("plus-view", "hybrid:1,2"), ("marginal", "marginal:1,2"), ("marginal", "marginal:2@3+marginal:1")]
+CASES = [
+    ("explicit", "hybrid:1,2"),
+    ("kron", "prefix:1,2"),
+    ("plus-term", "range:1+prefix:2"),
+    ("plus-view", "circular:1@2+marginal:2"),
+    ("plus-view", "hybrid:1,2"),
+    ("marginal", "marginal:1,2"),
+    ("marginal", "marginal:2@3+marginal:1"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +93,21 @@ def test_expected_error_against_monte_carlo(small_schema, plans, template, spec)
     plan = plans[template, spec]
     rng = np.random.default_rng(11)
     x = rng.integers(0, 20, small_schema.domain_cells()).astype(float)
-    truth = [view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views]
+    truth = [
+        view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views
+    ]
     exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _Recorder()))
     assert all(np.allclose(a, t) for a, t in zip(exact, truth))  # unbiased: exact without noise
     weights = [v.weight for v in plan.workload.views]
-    draws = np.array([
-        sum(w * float(((a - t) ** 2).sum()) for w, a, t in zip(weights, hdmm_reconstruct(plan, hdmm_measure(plan, x, rng)), truth))
-        for _ in range(400)
-    ])
+    draws = np.array(
+        [
+            sum(
+                w * float(((a - t) ** 2).sum())
+                for w, a, t in zip(weights, hdmm_reconstruct(plan, hdmm_measure(plan, x, rng)), truth)
+            )
+            for _ in range(400)
+        ]
+    )
     assert abs(draws.mean() - plan.total_variance) <= 4 * draws.std(ddof=1) / np.sqrt(len(draws))
 
 
@@ -106,10 +120,16 @@ def _reference_objective(flat, g, p):
     return float(np.abs(a).sum(axis=0).max() ** 2 * np.trace(g @ np.linalg.pinv(a.T @ a)))
 
 
-@pytest.mark.parametrize("family, n, p", [
-    ("prefix", 12, 1), ("prefix", 12, 2), ("range", 16, 1),
-    pytest.param("prefix", 20, 2, marks=pytest.mark.slow), pytest.param("range", 24, 2, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "family, n, p",
+    [
+        ("prefix", 12, 1),
+        ("prefix", 12, 2),
+        ("range", 16, 1),
+        pytest.param("prefix", 20, 2, marks=pytest.mark.slow),
+        pytest.param("range", 24, 2, marks=pytest.mark.slow),
+    ],
+)
 def test_opt_0_matches_an_independent_optimiser_on_1d_workloads(family, n, p):
     """OPT_0 (L-BFGS-B with analytic gradients, bounds Θ >= 0) against Powell's derivative-free
     method on |Θ|, six random starts, with the objective computed from the explicit strategy: neither
@@ -118,7 +138,9 @@ def test_opt_0_matches_an_independent_optimiser_on_1d_workloads(family, n, p):
     g = q.T @ q
     ours = _reference_objective(opt_0(g, rng=np.random.default_rng(0), p=p), g, p)
     rng = np.random.default_rng(1)
-    reference = min(minimize(_reference_objective, rng.uniform(0, 1, p * n), args=(g, p), method="Powell").fun for _ in range(6))
+    reference = min(
+        minimize(_reference_objective, rng.uniform(0, 1, p * n), args=(g, p), method="Powell").fun for _ in range(6)
+    )
     reference = min(reference, float(np.trace(g)))  # Θ = 0, the identity, is in the space
     assert ours <= reference * (1 + 1e-3)
     assert reference <= ours * (1 + 1e-3)
@@ -139,8 +161,14 @@ def test_strategies_are_validated():
 @pytest.mark.parametrize(
     "edit, needle",
     [
-        (lambda f: f["groups/0/strategy/weights"].__setitem__(..., 2 * f["groups/0/strategy/weights"][()]), "L1 sensitivity 2.0"),
-        (lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.5 * f["groups/0/strategy/mats/0/0"][()]), "L1 norm 1"),
+        (
+            lambda f: f["groups/0/strategy/weights"].__setitem__(..., 2 * f["groups/0/strategy/weights"][()]),
+            "L1 sensitivity 2.0",
+        ),
+        (
+            lambda f: f["groups/0/strategy/mats/0/0"].__setitem__(..., 1.5 * f["groups/0/strategy/mats/0/0"][()]),
+            "L1 norm 1",
+        ),
         (lambda f: f["groups/0"].attrs.__setitem__("error", 0.5 * f["groups/0"].attrs["error"]), "expected error"),
         (lambda f: f.attrs.__setitem__("noise", "gaussian"), "must hold beta, source, delta"),
     ],
@@ -173,9 +201,25 @@ def test_laplace_through_the_commands(tmp_path, cli):
     import pandas as pd
 
     data = tmp_path / "d.csv"
-    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (200, 3)), columns=["a0", "a1", "a2"]).to_csv(
+        data, index=False
+    )
     plan, meas, ans = tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    r = cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "marginal:1", "--method", "hdmm", "--noise", "laplace", "--epsilon", "0.5", "--out", str(plan))
+    r = cli(
+        "plan",
+        "--schema",
+        "synthetic:n=4,d=3",
+        "--workload",
+        "marginal:1",
+        "--method",
+        "hdmm",
+        "--noise",
+        "laplace",
+        "--epsilon",
+        "0.5",
+        "--out",
+        str(plan),
+    )
     assert r.returncode == 0, r.stderr
     assert "privacy: pure epsilon-DP, epsilon 0.5 (Laplace noise)" in r.stdout
     r = cli("measure", "--plan", str(plan), "--data", str(data), "--out", str(meas))  # OpenDP's sampler
@@ -197,7 +241,20 @@ def test_laplace_through_the_commands(tmp_path, cli):
 )
 def test_laplace_refusals_are_one_line_exit_2(tmp_path, cli, args, needle):
     out = tmp_path / "p.h5"
-    r = cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--noise", "laplace", "--epsilon", "1", *args, "--out", str(out))
+    r = cli(
+        "plan",
+        "--schema",
+        "synthetic:n=4,d=3",
+        "--workload",
+        "prefix:1",
+        "--noise",
+        "laplace",
+        "--epsilon",
+        "1",
+        *args,
+        "--out",
+        str(out),
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -13,8 +13,7 @@ import pytest
 
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
-from querysmasher.hdmm import TEMPLATES, PureBudget, plan_hdmm
-from querysmasher.hdmm import optimize
+from querysmasher.hdmm import TEMPLATES, PureBudget, optimize, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 from querysmasher.hdmm.implicit import ImplicitWorkload
 from querysmasher.paper import load_paper_figures
@@ -43,7 +42,8 @@ TABLE2_WORKLOADS = {"hybrid:1": "1-way", "hybrid:2": "2-way", "hybrid:3": "3-way
 DOUBLE_ROUNDED = {("adult", "1-way")}
 TABLE2 = [
     pytest.param(ds, spec, marks=() if ds == "cps" else pytest.mark.slow, id=f"{ds}-{spec}")
-    for ds in ("cps", "adult", "loans") for spec in TABLE2_WORKLOADS
+    for ds in ("cps", "adult", "loans")
+    for spec in TABLE2_WORKLOADS
 ]
 
 
@@ -59,7 +59,9 @@ def test_table_2_hdmm_cell_is_the_papers_figure(dataset, spec):
     else:
         assert round(p.rmse, digits) == paper
     # the paper's HDMM took the better of OPT_⊗ and OPT_+ by view; no other template applies here
-    assert set(p.candidates) <= {"kron", "plus-view"} and p.template == min(p.candidates, key=lambda k: p.candidates[k].total_variance)
+    assert set(p.candidates) <= {"kron", "plus-view"} and p.template == min(
+        p.candidates, key=lambda k: p.candidates[k].total_variance
+    )
 
 
 # --- Table 4: 1-way + 2-way workloads on [n]^40 ------------------------------------------------------
@@ -67,11 +69,13 @@ def test_table_2_hdmm_cell_is_the_papers_figure(dataset, spec):
 TABLE4_WORKLOADS = ("marginal:1,2", "prefix:1,2", "range:1,2")
 TABLE4 = [
     pytest.param(n, spec, marks=() if n == 10 else pytest.mark.slow, id=f"n{n}-{spec}")
-    for n in (10, 20, 30, 40, 50) for spec in TABLE4_WORKLOADS
+    for n in (10, 20, 30, 40, 50)
+    for spec in TABLE4_WORKLOADS
 ]
 TABLE4_PINNED = [
     pytest.param(n, spec, marks=() if n <= 20 else pytest.mark.slow, id=f"n{n}-{spec}")
-    for n in (10, 20, 30, 40, 50) for spec in TABLE4_WORKLOADS
+    for n in (10, 20, 30, 40, 50)
+    for spec in TABLE4_WORKLOADS
 ]
 
 
@@ -214,10 +218,26 @@ def _set_candidates(f, change):
     "edit, needle",
     [
         (lambda f, won, lost: f.attrs.__setitem__("template", lost), "is recorded with total variance"),
-        (lambda f, won, lost: f.attrs.__setitem__("template", "plus-diagonal"), "its template 'plus-diagonal' is not among its candidates"),
-        (lambda f, won, lost: _set_candidates(f, lambda c: c[lost].__setitem__("total_variance", 1.0)), "is not the best candidate"),
-        (lambda f, won, lost: _set_candidates(f, lambda c: c.__setitem__("marginal", {"total_variance": 1e9, "seconds": 0.0})), "candidate 'marginal' that is not among"),
-        (lambda f, won, lost: _set_candidates(f, lambda c: c[won].__setitem__("total_variance", 2 * c[won]["total_variance"])), "is recorded with total variance"),
+        (
+            lambda f, won, lost: f.attrs.__setitem__("template", "plus-diagonal"),
+            "its template 'plus-diagonal' is not among its candidates",
+        ),
+        (
+            lambda f, won, lost: _set_candidates(f, lambda c: c[lost].__setitem__("total_variance", 1.0)),
+            "is not the best candidate",
+        ),
+        (
+            lambda f, won, lost: _set_candidates(
+                f, lambda c: c.__setitem__("marginal", {"total_variance": 1e9, "seconds": 0.0})
+            ),
+            "candidate 'marginal' that is not among",
+        ),
+        (
+            lambda f, won, lost: _set_candidates(
+                f, lambda c: c[won].__setitem__("total_variance", 2 * c[won]["total_variance"])
+            ),
+            "is recorded with total variance",
+        ),
     ],
 )
 def test_a_plan_file_with_a_wrong_search_record_is_refused(small_schema, tmp_path, edit, needle):

@@ -9,18 +9,21 @@ import os
 import pytest
 
 from querysmasher import logs
+from querysmasher.accounting import Budget
 from querysmasher.pipeline import steps
 from querysmasher.planning import make_plan
-from querysmasher.accounting import Budget
 
 PLAN = ["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "qs"]
 
 
-@pytest.mark.parametrize("flags, stderr_has, stderr_lacks", [
-    ([], [], ["solved"]),
-    (["-v"], ["querysmasher: solved", "gap", "querysmasher: allocated beta"], ["iteration"]),
-    (["-q"], [], ["querysmasher:"]),
-])
+@pytest.mark.parametrize(
+    "flags, stderr_has, stderr_lacks",
+    [
+        ([], [], ["solved"]),
+        (["-v"], ["querysmasher: solved", "gap", "querysmasher: allocated beta"], ["iteration"]),
+        (["-q"], [], ["querysmasher:"]),
+    ],
+)
 def test_cli_levels(cli, flags, stderr_has, stderr_lacks):
     r = cli(*PLAN, *flags)
     assert r.returncode == 0, r.stderr
@@ -38,7 +41,12 @@ def test_verbose_and_quiet_exclude_each_other(cli):
 
 
 def test_level_from_flags():
-    assert [logs.level_from_flags(v, q) for v, q in [(0, False), (1, False), (2, False), (0, True)]] == [logging.WARNING, logging.INFO, logging.DEBUG, logging.ERROR]
+    assert [logs.level_from_flags(v, q) for v, q in [(0, False), (1, False), (2, False), (0, True)]] == [
+        logging.WARNING,
+        logging.INFO,
+        logging.DEBUG,
+        logging.ERROR,
+    ]
 
 
 def test_progress_is_plain_unless_asked():

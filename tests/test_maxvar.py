@@ -8,19 +8,30 @@ import cvxpy as cp
 import numpy as np
 import pandas as pd
 import pytest
+from bruteforce import (
+    applied_full_privacy_gram,
+    cost,
+    explicit_variances,
+    full_privacy_gram,
+    full_workload,
+    marginal_map,
+    pinv,
+    subqueries,
+    true_histogram,
+    view_queries,
+)
 from scipy.stats import chi2
 
-from bruteforce import applied_full_privacy_gram, cost, explicit_variances, full_privacy_gram, full_workload, marginal_map, pinv, subqueries, true_histogram, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.data import validate_records
 from querysmasher.errors import InputError
 from querysmasher.maxvar import query_classes
 from querysmasher.measure import measure
-from querysmasher.planning import make_plan
-from querysmasher.variances import view_variances as plan_view_variances
 from querysmasher.planfile import load_plan, save_plan
+from querysmasher.planning import make_plan
 from querysmasher.reconstruct import reconstruct
 from querysmasher.schema import parse_schema
+from querysmasher.variances import view_variances as plan_view_variances
 from querysmasher.workload import parse_workload
 
 BETA1 = Budget.from_beta(1.0)
@@ -49,7 +60,10 @@ def oracle_all_mechanisms(workload, beta: float) -> float:
 def oracle_residual_family(workload, beta: float) -> float:
     """min over per-residual-view PSD Y_v with sum_v max diag Y_v <= beta of max_q sum_v w q_v Y_v^+ q_v^T."""
     sizes_all = workload.schema.sizes
-    subs = sorted({s for v in workload.views for r in range(len(v.attrs) + 1) for s in itertools.combinations(v.attrs, r)}, key=lambda a: (len(a), a))
+    subs = sorted(
+        {s for v in workload.views for r in range(len(v.attrs) + 1) for s in itertools.combinations(v.attrs, r)},
+        key=lambda a: (len(a), a),
+    )
     ys = {s: cp.Variable((int(np.prod([sizes_all[a] for a in s])),) * 2, PSD=True) for s in subs}
     ts = {s: cp.Variable() for s in subs}
     top = cp.Variable()
@@ -67,7 +81,9 @@ def oracle_residual_family(workload, beta: float) -> float:
                 if np.abs(qs[i]).max() < 1e-12:
                     continue
                 s = cp.Variable()
-                cons.append(cp.bmat([[ys[sub], qs[i][:, None]], [qs[i][None, :], cp.reshape(s, (1, 1), order="C")]]) >> 0)
+                cons.append(
+                    cp.bmat([[ys[sub], qs[i][:, None]], [qs[i][None, :], cp.reshape(s, (1, 1), order="C")]]) >> 0
+                )
                 terms.append(s)
             cons.append(v.weight * sum(terms) <= top)
     cp.Problem(cp.Minimize(top), cons).solve(solver=cp.CLARABEL)

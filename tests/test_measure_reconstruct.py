@@ -7,15 +7,15 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
+from bruteforce import explicit_variances, full_privacy_gram, marginal_map, pinv, true_histogram, view_queries
 from scipy.stats import chi2
 
-from bruteforce import explicit_variances, full_privacy_gram, marginal_map, pinv, true_histogram, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.data import load_records
 from querysmasher.errors import InputError
 from querysmasher.measure import make_rng, measure, measure_iter, plan_digest, save_measurements
-from querysmasher.planning import make_plan
 from querysmasher.planfile import save_plan
+from querysmasher.planning import make_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
 
@@ -31,7 +31,9 @@ def small(tiny_schema, tiny_records):
 
 
 def _truth(schema, records, workload, v):
-    return view_queries(workload, v) @ (marginal_map(schema.sizes, v.attrs) @ true_histogram(records.codes, schema.sizes))
+    return view_queries(workload, v) @ (
+        marginal_map(schema.sizes, v.attrs) @ true_histogram(records.codes, schema.sizes)
+    )
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -72,7 +74,14 @@ def test_release_holds_no_true_count(small, tmp_path):
     plan = make_plan(schema, "hybrid:1,2,3", "wff", Budget.from_beta(1.0))
     save_plan(plan, tmp_path / "p.h5")
     rng, seeded = make_rng(None)
-    save_measurements(tmp_path / "m.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256=plan_digest(tmp_path / "p.h5"), sampler="numpy")
+    save_measurements(
+        tmp_path / "m.h5",
+        plan,
+        measure_iter(plan, records, rng),
+        seeded=seeded,
+        plan_sha256=plan_digest(tmp_path / "p.h5"),
+        sampler="numpy",
+    )
     true_vectors = []
     for a in plan.views:
         from querysmasher.data import marginal
@@ -89,7 +98,7 @@ def test_release_holds_no_true_count(small, tmp_path):
                 assert str(int(n)) not in str(value), f"attribute {name} mentions the record count"
         y, offs = f["y"][()], f["offsets"][()]
         for k in range(len(offs) - 1):
-            seg = y[offs[k]:offs[k + 1]]
+            seg = y[offs[k] : offs[k + 1]]
             assert not any(t.shape == seg.shape and np.allclose(t, seg, atol=1e-6) for t in true_vectors)
         assert not np.any(np.isclose(y, n, rtol=0, atol=1e-9))  # the exact record count appears nowhere
         # structural integers only: which views were measured and where each starts, both known
@@ -107,7 +116,14 @@ def test_seeded_release_is_marked_and_reproducible(small, tmp_path):
     save_plan(plan, tmp_path / "p.h5")
     for name in ("a", "b"):
         rng, seeded = make_rng(42)
-        save_measurements(tmp_path / f"{name}.h5", plan, measure_iter(plan, records, rng), seeded=seeded, plan_sha256="x", sampler="numpy")
+        save_measurements(
+            tmp_path / f"{name}.h5",
+            plan,
+            measure_iter(plan, records, rng),
+            seeded=seeded,
+            plan_sha256="x",
+            sampler="numpy",
+        )
     with h5py.File(tmp_path / "a.h5") as fa, h5py.File(tmp_path / "b.h5") as fb:
         assert fa.attrs["seeded"] and np.array_equal(fa["y"][()], fb["y"][()])
     assert make_rng(42)[1] and make_rng(42)[0].random() == np.random.default_rng(42).random()
@@ -152,7 +168,10 @@ def test_bad_data_names_column_count_and_rows(tmp_path, tiny_schema, column, val
         load_records(path, schema)
     assert column in str(e.value) and message in str(e.value)
     dropped = load_records(path, schema, on_invalid="drop")
-    assert dropped.dropped == sum(1 for v in values if v not in ("0", "1", "2", "3")) and len(dropped) == 5 - dropped.dropped
+    assert (
+        dropped.dropped == sum(1 for v in values if v not in ("0", "1", "2", "3"))
+        and len(dropped) == 5 - dropped.dropped
+    )
 
 
 def test_non_integer_codes_and_missing_columns(tmp_path):
@@ -191,10 +210,25 @@ def test_cli_end_to_end_and_bad_data(tmp_path, small, cli):
     data = tmp_path / "d.csv"
     pd.DataFrame(records.codes, columns=schema.names).to_csv(data, index=False)
     plan = tmp_path / "p.h5"
-    assert cli("plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "wff", "--out", plan).returncode == 0
+    assert (
+        cli(
+            "plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "wff", "--out", plan
+        ).returncode
+        == 0
+    )
     r = cli("measure", "--plan", plan, "--data", data, "--out", tmp_path / "m.h5", "--seed", "1")
     assert r.returncode == 0 and "experiments only" in r.stderr
-    r = cli("reconstruct", "--plan", plan, "--measurements", tmp_path / "m.h5", "--out", tmp_path / "a.h5", "--csv", tmp_path / "csv")
+    r = cli(
+        "reconstruct",
+        "--plan",
+        plan,
+        "--measurements",
+        tmp_path / "m.h5",
+        "--out",
+        tmp_path / "a.h5",
+        "--csv",
+        tmp_path / "csv",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["answers_written"] is True
     assert (tmp_path / "csv" / "a0__a1.csv").is_file()
@@ -217,7 +251,13 @@ def test_view_variance_memo_equals_per_view_variances(method, perturb):
     from querysmasher.variances import ViewVarianceMemo
 
     name, options = OPTIONS.get(method, (method, {}))
-    plan = make_plan(parse_schema("synthetic:n=5,d=4"), "prefix:1+affine:2+marginal:3", name, Budget.from_beta(1.0), solver_options=options)
+    plan = make_plan(
+        parse_schema("synthetic:n=5,d=4"),
+        "prefix:1+affine:2+marginal:3",
+        name,
+        Budget.from_beta(1.0),
+        solver_options=options,
+    )
     if perturb:
         s2 = plan.allocation.sigma2 * np.linspace(1.0, 2.0, len(plan.views))
         plan = dataclasses.replace(plan, allocation=dataclasses.replace(plan.allocation, sigma2=s2))

@@ -9,12 +9,19 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from bruteforce import full_workload
 
 import querysmasher as qs
-from bruteforce import full_workload
 from querysmasher.data import validate_records
 from querysmasher.errors import InputError
-from querysmasher.measure import check_plan, load_measurements, measure, measure_iter, measurements_of, save_measurements
+from querysmasher.measure import (
+    check_plan,
+    load_measurements,
+    measure,
+    measure_iter,
+    measurements_of,
+    save_measurements,
+)
 from querysmasher.measurement import LinearMeasurement
 from querysmasher.noise import NoiseSource
 from querysmasher.reconstruct import reconstruct
@@ -30,7 +37,15 @@ CASES = [  # (method, workload, make_plan keywords)
     ("hdmm", "prefix:1,2", {"noise": "laplace", "epsilon": 1.0}),
     ("qs", "marginal:2", {"neighbours": "replace"}),
     # an attribute of size 1 (constant): qsplus's views are over the others
-    ("qsplus", "abs:2", {"schema": Schema("one", (Attribute("a", 3, "numeric"), Attribute("b", 1, "numeric"), Attribute("c", 4, "numeric")))}),
+    (
+        "qsplus",
+        "abs:2",
+        {
+            "schema": Schema(
+                "one", (Attribute("a", 3, "numeric"), Attribute("b", 1, "numeric"), Attribute("c", 4, "numeric"))
+            )
+        },
+    ),
 ]
 
 

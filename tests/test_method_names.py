@@ -52,13 +52,31 @@ def test_the_config_schema_lists_every_builtin_method():
 
 
 def _config(options):
-    return {"grid": [{"schemas": ["synthetic:n=3,d=2"], "workloads": ["prefix:1"], "methods": ["qs"], "budgets": [1.0], "seeds": [0]}],
-            "release": False, "solve": {"options": options}}
+    return {
+        "grid": [
+            {
+                "schemas": ["synthetic:n=3,d=2"],
+                "workloads": ["prefix:1"],
+                "methods": ["qs"],
+                "budgets": [1.0],
+                "seeds": [0],
+            }
+        ],
+        "release": False,
+        "solve": {"options": options},
+    }
 
 
-@pytest.mark.parametrize("options, needle", [({"hdmm": {"restarts": 1000}}, "restarts"), ({"qs": {"target_gap": 2}}, "target_gap"),
-                                             ({"qsplus": {"max_view_cells": 1e400}}, "max_view_cells"), ({"qsplus": {"bogus": 1}}, "bogus"),
-                                             ({"nosuch": {}}, "nosuch")])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({"hdmm": {"restarts": 1000}}, "restarts"),
+        ({"qs": {"target_gap": 2}}, "target_gap"),
+        ({"qsplus": {"max_view_cells": 1e400}}, "max_view_cells"),
+        ({"qsplus": {"bogus": 1}}, "bogus"),
+        ({"nosuch": {}}, "nosuch"),
+    ],
+)
 def test_config_solve_options_are_checked_by_the_methods_declared_ranges(options, needle):
     with pytest.raises(InputError, match=needle):
         check_config(_config(options))

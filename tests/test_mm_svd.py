@@ -5,14 +5,23 @@ import math
 
 import numpy as np
 import pytest
+from bruteforce import (
+    definition_1d,
+    explicit_variances,
+    full_privacy_gram,
+    full_workload,
+    marginal_map,
+    pinv,
+    true_histogram,
+    view_queries,
+)
 from scipy.stats import chi2
 
-from bruteforce import definition_1d, explicit_variances, full_privacy_gram, full_workload, marginal_map, pinv, true_histogram, view_queries
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.measure import measure
-from querysmasher.planning import make_plan
 from querysmasher.planfile import load_plan, save_plan
+from querysmasher.planning import make_plan
 from querysmasher.reconstruct import query_variances, reconstruct, view_variances
 from querysmasher.schema import parse_schema
 from querysmasher.solvers.sdp import dual_bound
@@ -33,13 +42,22 @@ def test_issue_13_table_1d_prefix(n, qs_rmse, mm_rmse, svd_rmse):
     assert round(qs.rmse, 4) == qs_rmse
     assert round(math.sqrt(mm.svd_bound / n), 4) == svd_rmse
     # the bound from its definition: (sum of the singular values of the n x n prefix matrix)^2 / n
-    assert mm.svd_bound == pytest.approx(np.linalg.svd(definition_1d("prefix", n), compute_uv=False).sum() ** 2 / n, rel=1e-9)
+    assert mm.svd_bound == pytest.approx(
+        np.linalg.svd(definition_1d("prefix", n), compute_uv=False).sum() ** 2 / n, rel=1e-9
+    )
     assert mm.summary()["svd_bound_rmse"] == pytest.approx(math.sqrt(mm.svd_bound / n))
 
 
 FITTING = [
-    "prefix:1,2", "range:1+affine:2", "abs:2", "marginal:1,2", "circular:1", "hybrid:1,2,3", "random:2",
-    "marginal:2+abs:2@2", "prefix:1@3+range:2",
+    "prefix:1,2",
+    "range:1+affine:2",
+    "abs:2",
+    "marginal:1,2",
+    "circular:1",
+    "hybrid:1,2,3",
+    "random:2",
+    "marginal:2+abs:2@2",
+    "prefix:1@3+range:2",
 ]
 
 
@@ -72,10 +90,14 @@ def _explicit_gram(workload):
     return w.T @ (weights[:, None] * w)
 
 
-@pytest.mark.parametrize("spec", ["marginal:1", "marginal:2", "marginal:1,2,3", "marginal:2@3+marginal:1", "marginal:4", "hybrid:2"])
+@pytest.mark.parametrize(
+    "spec", ["marginal:1", "marginal:2", "marginal:1,2,3", "marginal:2@3+marginal:1", "marginal:4", "hybrid:2"]
+)
 def test_marginal_closed_form_equals_explicit_bound(spec, tmp_path):
     p = tmp_path / "cat.yaml"
-    p.write_text("A: {size: 3, kind: categorical}\nB: {size: 4, kind: categorical}\nC: {size: 2, kind: categorical}\nD: {size: 3, kind: categorical}\n")
+    p.write_text(
+        "A: {size: 3, kind: categorical}\nB: {size: 4, kind: categorical}\nC: {size: 2, kind: categorical}\nD: {size: 3, kind: categorical}\n"
+    )
     w = parse_workload(spec, parse_schema(str(p)))
     closed = marginal_svd_bound(w)
     e = np.linalg.eigvalsh(_explicit_gram(w))
@@ -84,7 +106,9 @@ def test_marginal_closed_form_equals_explicit_bound(spec, tmp_path):
     assert closed == pytest.approx(explicit_svd_bound(w), rel=1e-10)
 
 
-@pytest.mark.parametrize("schema_spec, spec", [("cps", "marginal:1,2"), ("adult", "marginal:1,2"), ("adult", "marginal:3")])
+@pytest.mark.parametrize(
+    "schema_spec, spec", [("cps", "marginal:1,2"), ("adult", "marginal:1,2"), ("adult", "marginal:3")]
+)
 def test_marginal_closed_form_at_scale_equals_the_marginal_optimum(schema_spec, spec):
     """Marginal workloads are invariant under permuting each attribute's values, which acts
     transitively on cells: the uniform dual multiplier is optimal, so the SVD bound is attained, and

@@ -36,8 +36,40 @@ def made(tmp_path):
     out = {}
     for method, workload in (("rp", "prefix:1,2"), ("qsplus", "affine:2"), ("hdmm", "prefix:1,2")):
         plan, meas = tmp_path / f"{method}.h5", tmp_path / f"{method}-m.h5"
-        assert main(["plan", "--schema", "synthetic:n=3,d=3", "--workload", workload, "--method", method, "--out", str(plan), "-q"]) == 0
-        assert main(["measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(meas), "--seed", "1", "-q"]) == 0
+        assert (
+            main(
+                [
+                    "plan",
+                    "--schema",
+                    "synthetic:n=3,d=3",
+                    "--workload",
+                    workload,
+                    "--method",
+                    method,
+                    "--out",
+                    str(plan),
+                    "-q",
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "measure",
+                    "--plan",
+                    str(plan),
+                    "--data",
+                    str(tmp_path / "d.csv"),
+                    "--out",
+                    str(meas),
+                    "--seed",
+                    "1",
+                    "-q",
+                ]
+            )
+            == 0
+        )
         out[method] = (plan, meas)
     return tmp_path, out
 
@@ -53,7 +85,22 @@ def test_csv_into_a_non_empty_folder_is_refused_and_leaves_it_untouched(made, ca
     (published / "a0.csv").write_text("a0,estimate,std_error\n0,1,1\n")
     (published / "tables.json").write_text("{}")
     before = {p.name: p.read_bytes() for p in published.iterdir()}
-    assert main(["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(d / "a.h5"), "--csv", str(published)]) == 2
+    assert (
+        main(
+            [
+                "reconstruct",
+                "--plan",
+                str(plan),
+                "--measurements",
+                str(meas),
+                "--out",
+                str(d / "a.h5"),
+                "--csv",
+                str(published),
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "not an empty folder")
     assert {p.name: p.read_bytes() for p in published.iterdir()} == before
     assert not (d / "a.h5").exists()
@@ -63,7 +110,22 @@ def test_csv_into_a_non_empty_folder_is_refused_and_leaves_it_untouched(made, ca
 def test_csv_is_a_new_folder_published_whole(made, method):
     d, plans = made
     plan, meas = plans[method]
-    assert main(["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(d / "a.h5"), "--csv", str(d / "t")]) == 0
+    assert (
+        main(
+            [
+                "reconstruct",
+                "--plan",
+                str(plan),
+                "--measurements",
+                str(meas),
+                "--out",
+                str(d / "a.h5"),
+                "--csv",
+                str(d / "t"),
+            ]
+        )
+        == 0
+    )
     assert (d / "t" / "tables.json").is_file()
     assert not [p for p in d.iterdir() if p.name.startswith(".t.")]  # no temporary folder or lock left
 
@@ -85,7 +147,22 @@ def test_a_fifo_as_out_is_refused_before_records_are_read(made, capsys, monkeypa
     d, plans = made
     os.mkfifo(d / "fifo")
     _no_records(monkeypatch)
-    assert main(["measure", "--plan", str(plans["rp"][0]), "--data", str(d / "d.csv"), "--out", str(d / "fifo"), "--seed", "1"]) == 2
+    assert (
+        main(
+            [
+                "measure",
+                "--plan",
+                str(plans["rp"][0]),
+                "--data",
+                str(d / "d.csv"),
+                "--out",
+                str(d / "fifo"),
+                "--seed",
+                "1",
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "not a regular file")
     assert (d / "fifo").is_fifo()
 
@@ -97,10 +174,25 @@ def test_a_symlink_as_out_is_refused_before_records_are_read(made, capsys, monke
     (d / "link").symlink_to(target)  # dangling: whatever it points to, an output is never a link
     _no_records(monkeypatch)
     if command == "measure":
-        args = ["measure", "--plan", str(plans["rp"][0]), "--data", str(d / "d.csv"), "--out", str(d / "link"), "--seed", "1"]
+        args = [
+            "measure",
+            "--plan",
+            str(plans["rp"][0]),
+            "--data",
+            str(d / "d.csv"),
+            "--out",
+            str(d / "link"),
+            "--seed",
+            "1",
+        ]
     else:
         (d / "dom.yaml").write_text("a0: 3\na1: 3\na2: 3\n")
-        spec = {"data": str(d / "d.csv"), "domain": str(d / "dom.yaml"), "tables": [{"marginal": ["a0"]}], "budget": {"rho": 0.5}}
+        spec = {
+            "data": str(d / "d.csv"),
+            "domain": str(d / "dom.yaml"),
+            "tables": [{"marginal": ["a0"]}],
+            "budget": {"rho": 0.5},
+        }
         (d / "s.yaml").write_text(yaml.safe_dump(spec))
         args = ["release", str(d / "s.yaml"), "--out", str(d / "link")]
     assert main(args) == 2
@@ -112,7 +204,13 @@ def test_a_symlink_as_out_is_refused_before_records_are_read(made, capsys, monke
 def test_an_attribute_named_like_a_table_column_is_refused_before_records_are_read(tmp_path, capsys, monkeypatch, name):
     pd.DataFrame({"age": [0, 1, 2], name: [0, 1, 1]}).to_csv(tmp_path / "d.csv", index=False)
     (tmp_path / "dom.yaml").write_text(f"age: 3\n{name}: 2\n")
-    spec = {"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["age", name]}], "budget": {"rho": 0.5}, "postprocess": True}
+    spec = {
+        "data": "d.csv",
+        "domain": "dom.yaml",
+        "tables": [{"marginal": ["age", name]}],
+        "budget": {"rho": 0.5},
+        "postprocess": True,
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     _no_records(monkeypatch)
     assert main(["release", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out")]) == 2
@@ -143,7 +241,9 @@ def _rank_deficient_factors(f):
 
 
 @pytest.mark.parametrize("edit", [_zero_factors, _rank_deficient_factors], ids=["zeroed", "rank-deficient"])
-def test_a_qsplus_plan_that_cannot_answer_its_workload_is_refused_before_records_are_read(made, capsys, monkeypatch, edit):
+def test_a_qsplus_plan_that_cannot_answer_its_workload_is_refused_before_records_are_read(
+    made, capsys, monkeypatch, edit
+):
     d, plans = made
     bad = _edited(plans["qsplus"][0], d / "bad.h5", edit)
     _no_records(monkeypatch)
@@ -172,6 +272,7 @@ def test_huge_measurements_give_one_line_not_nan_answers(made, capsys, method):
             if isinstance(obj, h5py.Dataset) and obj.dtype.kind == "f" and name not in ("budget",):
                 # finite, as the reader checks; their differences and sums are not
                 obj[...] = np.where(np.arange(obj.size).reshape(obj.shape) % 2 == 0, 1.7e308, -1.7e308)
+
         f.visititems(scale)
 
     bad = _edited(meas, d / "huge.h5", huge)
@@ -204,7 +305,18 @@ def test_a_noise_scale_the_sampler_cannot_draw_is_refused_before_records_are_rea
 def test_every_measurements_file_records_its_sampler(made, method, sampler):
     d, plans = made
     out = d / f"{method}-{sampler}.h5"
-    args = ["measure", "--plan", str(plans[method][0]), "--data", str(d / "d.csv"), "--out", str(out), "--sampler", sampler, "-q"]
+    args = [
+        "measure",
+        "--plan",
+        str(plans[method][0]),
+        "--data",
+        str(d / "d.csv"),
+        "--out",
+        str(out),
+        "--sampler",
+        sampler,
+        "-q",
+    ]
     assert main(args) == 0
     with h5py.File(out) as f:
         assert f.attrs["sampler"] == sampler
@@ -219,7 +331,22 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(made, capsys, monkeypatc
 
     monkeypatch.setattr(querysmasher.measure, "measure_plan_to_file", interrupted)
     before = set(os.listdir(d))
-    assert main(["measure", "--plan", str(plans["rp"][0]), "--data", str(d / "d.csv"), "--out", str(d / "m.h5"), "--seed", "1"]) == 130
+    assert (
+        main(
+            [
+                "measure",
+                "--plan",
+                str(plans["rp"][0]),
+                "--data",
+                str(d / "d.csv"),
+                "--out",
+                str(d / "m.h5"),
+                "--seed",
+                "1",
+            ]
+        )
+        == 130
+    )
     assert _one_line_error(capsys, "interrupted")
     assert set(os.listdir(d)) == before
 
@@ -236,21 +363,58 @@ def test_release_json_records_the_sampler(tmp_path):
 def _rank_deficient_residual(f):
     """Each one-attribute (kron) mechanism made singular along a cell its centred workload needs
     (a row and column of its PSD factor zeroed: still PSD, its cost can only fall)."""
+
     def edit(name, obj):
         if isinstance(obj, h5py.Group) and obj.attrs.get("kind") == "kron" and "m0" in obj and obj["m0"].shape[0] > 1:
             x = obj["m0"][()]
             x[0, :] = x[:, 0] = 0.0
             obj["m0"][...] = x
+
     f.visititems(edit)
 
 
-def test_a_residual_plan_that_cannot_answer_its_workload_is_refused_before_records_are_read(tmp_path, capsys, monkeypatch):
-    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (40, 2)), columns=["a0", "a1"]).to_csv(tmp_path / "d.csv", index=False)
+def test_a_residual_plan_that_cannot_answer_its_workload_is_refused_before_records_are_read(
+    tmp_path, capsys, monkeypatch
+):
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (40, 2)), columns=["a0", "a1"]).to_csv(
+        tmp_path / "d.csv", index=False
+    )
     plan = tmp_path / "p.h5"
-    assert main(["plan", "--schema", "synthetic:n=3,d=2", "--workload", "prefix:1", "--method", "qs", "--out", str(plan), "-q"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--schema",
+                "synthetic:n=3,d=2",
+                "--workload",
+                "prefix:1",
+                "--method",
+                "qs",
+                "--out",
+                str(plan),
+                "-q",
+            ]
+        )
+        == 0
+    )
     bad = _edited(plan, tmp_path / "bad.h5", _rank_deficient_residual)
     _no_records(monkeypatch)
-    assert main(["measure", "--plan", str(bad), "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.h5"), "--seed", "1"]) == 2
+    assert (
+        main(
+            [
+                "measure",
+                "--plan",
+                str(bad),
+                "--data",
+                str(tmp_path / "d.csv"),
+                "--out",
+                str(tmp_path / "m.h5"),
+                "--seed",
+                "1",
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "cannot be given")
     assert not (tmp_path / "m.h5").exists()
 

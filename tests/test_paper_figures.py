@@ -13,7 +13,9 @@ import pytest
 from querysmasher.paper import PAPER_FIGURES_FILE, load_paper_figures
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER_MD = Path(os.environ.get("QUERYSMASHER_PAPER_MD", REPO.parent / "shared" / "papers" / "querysmasher-divide-and-conquer.md"))
+PAPER_MD = Path(
+    os.environ.get("QUERYSMASHER_PAPER_MD", REPO.parent / "shared" / "papers" / "querysmasher-divide-and-conquer.md")
+)
 TABLE_SHAPES = {2: (12, 5), 3: (6, 5), 4: (35, 5), 5: (15, 4), 6: (20, 6), 7: (19, 6)}  # rows, cells per row
 
 
@@ -35,7 +37,7 @@ def _md_tables(path: Path) -> dict[int, list[dict[str, str]]]:
         if not m or int(m.group(1)) < 2:
             continue
         block = []
-        for nxt in lines[i + 1:]:
+        for nxt in lines[i + 1 :]:
             if nxt.startswith("|"):
                 block.append([_cell(c) for c in nxt.strip()[1:-1].split("|")])
             elif block:
@@ -99,7 +101,9 @@ def test_values_flags_and_units_follow_the_printed_text():
             continue
         assert f.value == float(re.sub(r"[^0-9.]", "", f.printed)), f
         assert f.flag == ("*" if f.printed.endswith("*") else "<" if f.printed.startswith("<") else "")
-        assert f.unit == ({"Mem": "GB"}.get(f.column) or ("s" if f.column in ("Decomp", "Solve", "Assem", "Total") else ""))
+        assert f.unit == (
+            {"Mem": "GB"}.get(f.column) or ("s" if f.column in ("Decomp", "Solve", "Assem", "Total") else "")
+        )
 
 
 @pytest.mark.parametrize(

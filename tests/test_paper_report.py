@@ -9,7 +9,13 @@ from querysmasher.accounting import Budget
 from querysmasher.hdmm import plan_hdmm
 from querysmasher.paper import load_paper_figures
 from querysmasher.pipeline.paper_plots import FIGURES
-from querysmasher.pipeline.paper_report import not_measurable, paper_table, row_keys, table_markdown, write_paper_outputs
+from querysmasher.pipeline.paper_report import (
+    not_measurable,
+    paper_table,
+    row_keys,
+    table_markdown,
+    write_paper_outputs,
+)
 from querysmasher.planning import make_plan
 
 T4_LABELS = {"prefix:1+affine:2": "affine", "prefix:1,2": "prefix"}
@@ -18,18 +24,34 @@ T4_LABELS = {"prefix:1+affine:2": "affine", "prefix:1,2": "prefix"}
 def _metrics(schema, workload, method):
     if method == "hdmm":
         p = plan_hdmm(schema, workload, Budget.from_beta(1.0), restarts=1)
-        return {"schema_spec": schema, "workload": workload, "method": method, "predicted_rmse": p.rmse, "queries": p.queries}
+        return {
+            "schema_spec": schema,
+            "workload": workload,
+            "method": method,
+            "predicted_rmse": p.rmse,
+            "queries": p.queries,
+        }
     p = make_plan(schema, workload, method, Budget.from_beta(1.0))
     s = p.summary()
-    return {"schema_spec": schema, "workload": workload, "method": method, "predicted_rmse": p.rmse,
-            "lower_bound_rmse": s.get("lower_bound_rmse"), "queries": s["queries"]}
+    return {
+        "schema_spec": schema,
+        "workload": workload,
+        "method": method,
+        "predicted_rmse": p.rmse,
+        "lower_bound_rmse": s.get("lower_bound_rmse"),
+        "queries": s["queries"],
+    }
 
 
 @pytest.fixture(scope="module")
 def table4_n10():
     schema = "synthetic:n=10,d=40"
-    metrics = [_metrics(schema, "prefix:1+affine:2", m) for m in ("rpplus", "wff", "qs")] + [_metrics(schema, "prefix:1,2", "hdmm")]
-    unsupported = [{"schema_spec": schema, "workload": "prefix:1+affine:2", "method": "hdmm", "reason": "non-product family"}]
+    metrics = [_metrics(schema, "prefix:1+affine:2", m) for m in ("rpplus", "wff", "qs")] + [
+        _metrics(schema, "prefix:1,2", "hdmm")
+    ]
+    unsupported = [
+        {"schema_spec": schema, "workload": "prefix:1+affine:2", "method": "hdmm", "reason": "non-product family"}
+    ]
     return paper_table(4, metrics, unsupported, T4_LABELS)
 
 
@@ -73,15 +95,27 @@ def test_query_count_differing_from_the_paper_is_shown():
 
 
 def _timing_metrics(n, d, solve):
-    ph = {"workload": {"seconds": 0.5, "max_rss_mb": 200}, "decompose": {"seconds": 1.0, "max_rss_mb": 300},
-          "solve": {"seconds": solve, "max_rss_mb": 1024}, "allocate": {"seconds": 0.5, "max_rss_mb": 400},
-          "measure": {"seconds": 2.0, "max_rss_mb": 2048}, "reconstruct": {"seconds": 1.0, "max_rss_mb": 500}}
-    return {"schema_spec": f"synthetic:n={n},d={d}", "workload": "range:1+affine:2+prefix:3", "method": "qs", "phases": ph,
-            "workload_views": 175}
+    ph = {
+        "workload": {"seconds": 0.5, "max_rss_mb": 200},
+        "decompose": {"seconds": 1.0, "max_rss_mb": 300},
+        "solve": {"seconds": solve, "max_rss_mb": 1024},
+        "allocate": {"seconds": 0.5, "max_rss_mb": 400},
+        "measure": {"seconds": 2.0, "max_rss_mb": 2048},
+        "reconstruct": {"seconds": 1.0, "max_rss_mb": 500},
+    }
+    return {
+        "schema_spec": f"synthetic:n={n},d={d}",
+        "workload": "range:1+affine:2+prefix:3",
+        "method": "qs",
+        "phases": ph,
+        "workload_views": 175,
+    }
 
 
 def test_timing_table_phases_and_paper_columns():
-    df = paper_table(7, [_timing_metrics(10, 10, 10.0), _timing_metrics(40, 10, 50.0)], [], {"range:1+affine:2+prefix:3": ""})
+    df = paper_table(
+        7, [_timing_metrics(10, 10, 10.0), _timing_metrics(40, 10, 50.0)], [], {"range:1+affine:2+prefix:3": ""}
+    )
     r = df.iloc[0].to_dict()
     assert (r["n"], r["d"]) == (10, 10)
     assert r["decomp_s"] == 1.5 and r["solve_s"] == 10.5 and r["assem_s"] == 3.0 and r["total_s"] == 15.0
@@ -94,11 +128,23 @@ def test_timing_table_phases_and_paper_columns():
 @pytest.mark.parametrize("table", [4, 5, 6])
 def test_outputs_are_written(tmp_path, table):
     if table == 4:
-        metrics = [{"schema_spec": f"synthetic:n={n},d=40", "workload": "prefix:1,2", "method": m, "predicted_rmse": 30.0 + n, "queries": 1}
-                   for n in (10, 20) for m in ("wff", "qs")]
+        metrics = [
+            {
+                "schema_spec": f"synthetic:n={n},d=40",
+                "workload": "prefix:1,2",
+                "method": m,
+                "predicted_rmse": 30.0 + n,
+                "queries": 1,
+            }
+            for n in (10, 20)
+            for m in ("wff", "qs")
+        ]
         labels = {"prefix:1,2": "prefix"}
     elif table == 5:
-        metrics = [{"schema_spec": f"synthetic:n=10,d={d}", "workload": "w", "method": "qs", "predicted_rmse": d, "queries": 1} for d in (10, 20)]
+        metrics = [
+            {"schema_spec": f"synthetic:n=10,d={d}", "workload": "w", "method": "qs", "predicted_rmse": d, "queries": 1}
+            for d in (10, 20)
+        ]
         labels = {"w": ""}
     else:
         metrics = [dict(_timing_metrics(10, d, 1.0), workload="prefix:1,2") for d in (10, 20)]
@@ -115,8 +161,9 @@ def test_outputs_are_written(tmp_path, table):
 
 
 def test_every_paper_row_label_of_the_configs_exists_in_the_paper_figures():
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     figs = load_paper_figures()
     repo = Path(__file__).resolve().parents[1]

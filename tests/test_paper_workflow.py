@@ -13,12 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from test_workflow import SNAKEFILE, jobs_run, needs_snakemake, snakemake  # noqa: I001  (tests/ is on sys.path)
 
 from querysmasher.accounting import Budget
 from querysmasher.hdmm import plan_hdmm
 from querysmasher.planning import make_plan
-
-from test_workflow import SNAKEFILE, jobs_run, needs_snakemake, snakemake  # noqa: I001  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ["rp", "rpplus", "hdmm", "wff", "qs"]
@@ -91,7 +90,9 @@ def test_paper_table_of_the_tiny_grid(every_method_run):
     assert len(df) == 6
     ni = df[df.status == "NI"]
     assert list(zip(ni.method, ni.workload)) == [("hdmm", "abs")]
-    assert df[df.status != "NI"]["rmse"].notna().all() and (df.status.fillna("") != "*").all()  # 64 cells: hdmm releases
+    assert (
+        df[df.status != "NI"]["rmse"].notna().all() and (df.status.fillna("") != "*").all()
+    )  # 64 cells: hdmm releases
     qs = df[df.method == "qs"]
     assert qs["lower_bound_rmse"].notna().all() and (qs["gap"] >= 0).all()
     md = (wd / "results" / "paper" / "table4.md").read_text()
@@ -105,8 +106,24 @@ def test_paper_table_of_the_tiny_grid(every_method_run):
 def test_report_has_the_paper_table_with_its_caption(every_method_run, tmp_path):
     wd, _ = every_method_run
     out = tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(wd), "--configfile", str(wd / "config.yaml"),
-                           "--report", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(SNAKEFILE),
+            "-d",
+            str(wd),
+            "--configfile",
+            str(wd / "config.yaml"),
+            "--report",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = out.read_text(errors="replace")
     assert "table4.md" in html and "Table 4: RMSE of 1-way" in html
@@ -124,7 +141,9 @@ def test_unsupported_method_is_a_config_error_unless_skipped(tmp_path):
 
 @needs_snakemake
 def test_hdmm_above_its_domain_limit_plans_without_release(tmp_path):
-    cfg = {"grid": [{"schemas": ["synthetic:n=10,d=8"], "workloads": ["marginal:1"], "methods": ["hdmm"]}]}  # 10^8 cells
+    cfg = {
+        "grid": [{"schemas": ["synthetic:n=10,d=8"], "workloads": ["marginal:1"], "methods": ["hdmm"]}]
+    }  # 10^8 cells
     jobs = jobs_run(snakemake(tmp_path, "-n", config=cfg))
     assert jobs["allocate"] == 1 and jobs["evaluate"] == 1 and "measure" not in jobs and "reconstruct" not in jobs
 
@@ -135,9 +154,24 @@ def test_paper_configs_parse(tmp_path, table):
     """Each config/paper/table{N}.yaml merged over config/config.yaml, as from the repo root (dry run
     of the first stage: the full DAG needs the decompositions)."""
     (tmp_path / "config").mkdir()
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(REPO), "-n", "--cores", "2",
-           "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "paper" / f"table{table}.yaml"),
-           "--until", "decompose", "--nolock"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(REPO),
+        "-n",
+        "--cores",
+        "2",
+        "--configfile",
+        str(REPO / "config" / "config.yaml"),
+        str(REPO / "config" / "paper" / f"table{table}.yaml"),
+        "--until",
+        "decompose",
+        "--nolock",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = yaml.safe_load((REPO / "config" / "paper" / f"table{table}.yaml").read_text())

@@ -101,40 +101,76 @@ def _release_spec(d: Path, weight) -> Path:
     rng = np.random.default_rng(1)
     pd.DataFrame({"age": rng.integers(0, 4, 30), "sex": rng.choice(["f", "m"], 30)}).to_csv(d / "r.csv", index=False)
     (d / "r-domain.yaml").write_text("age: 4\nsex: {categories: [f, m]}\n")
-    spec = {"data": "r.csv", "domain": "r-domain.yaml", "tables": [{"marginal": ["age", "sex"], "weight": weight}],
-            "budget": {"rho": 0.5}}
+    spec = {
+        "data": "r.csv",
+        "domain": "r-domain.yaml",
+        "tables": [{"marginal": ["age", "sex"], "weight": weight}],
+        "budget": {"rho": 0.5},
+    }
     p = d / "spec.yaml"
     p.write_text(yaml.safe_dump(spec))
     return p
-
 
 
 def _plan_with(workload: str, method: str = "rp") -> list:
     return ["plan", "--schema", TINY, "--workload", workload, "--method", method]
 
 
-DOMAIN_NEEDLES = ["bins of 'a' 5", "categories of 'a' 5", "categories of 'a' None", "bins of 'a' True",
-                  "bins of 'a' True"]
+DOMAIN_NEEDLES = [
+    "bins of 'a' 5",
+    "categories of 'a' 5",
+    "categories of 'a' None",
+    "bins of 'a' True",
+    "bins of 'a' True",
+]
 CASES = [  # (case, argv from the files folder, what the one line must say)
     ("delta 5e-324", lambda d: [*PLAN, "--epsilon", "1", "--delta", "5e-324"], "--delta 5e-324"),
     ("weight 5e-324", lambda d: _plan_with("prefix:1@5e-324"), "weight '5e-324'"),
     ("release weight 5e-324", lambda d: ["release", _release_spec(d, 5e-324)], "tables[0].weight 5e-324"),
-    ("hdmm restarts=1e9", lambda d: [*_plan_with("prefix:1", "hdmm"), "--option", "restarts=1e9"],
-     "restarts must be an integer in [1, 100]"),
-    ("qsplus tie=true, no tie applies",
-     lambda d: ["plan", "--schema", d / "uneven.yaml", "--workload", "marginal:2", "--method", "qsplus",
-                "--option", "tie=true"],
-     "qsplus tie True"),
-    ("qsplus max_view_cells=1e400", lambda d: [*QSPLUS, "--option", "max_view_cells=1e400"],
-     "max_view_cells must be an integer"),
-    ("qsplus max_view_size=.inf", lambda d: [*QSPLUS, "--option", "max_view_size=.inf"],
-     "max_view_size must be an integer"),
-    ("qsplus shares 1e-308", lambda d: ["measure", "--plan", d / "shares.h5", "--data", d / "data.csv", "--seed", "1"],
-     "'shares' 1e-308"),
-    ("custom npz claiming 1e7 x 1e7", lambda d: _plan_with(f"custom:{d / 'huge.npz'}"),
-     "claims shape (10000000, 10000000)"),
-    *[(f"domain {text}", lambda d, n=name: ["plan", "--schema", d / f"{n}.json", "--workload", "marginal:1"], needle)
-      for (name, text), needle in zip(DOMAINS.items(), DOMAIN_NEEDLES)],
+    (
+        "hdmm restarts=1e9",
+        lambda d: [*_plan_with("prefix:1", "hdmm"), "--option", "restarts=1e9"],
+        "restarts must be an integer in [1, 100]",
+    ),
+    (
+        "qsplus tie=true, no tie applies",
+        lambda d: [
+            "plan",
+            "--schema",
+            d / "uneven.yaml",
+            "--workload",
+            "marginal:2",
+            "--method",
+            "qsplus",
+            "--option",
+            "tie=true",
+        ],
+        "qsplus tie True",
+    ),
+    (
+        "qsplus max_view_cells=1e400",
+        lambda d: [*QSPLUS, "--option", "max_view_cells=1e400"],
+        "max_view_cells must be an integer",
+    ),
+    (
+        "qsplus max_view_size=.inf",
+        lambda d: [*QSPLUS, "--option", "max_view_size=.inf"],
+        "max_view_size must be an integer",
+    ),
+    (
+        "qsplus shares 1e-308",
+        lambda d: ["measure", "--plan", d / "shares.h5", "--data", d / "data.csv", "--seed", "1"],
+        "'shares' 1e-308",
+    ),
+    (
+        "custom npz claiming 1e7 x 1e7",
+        lambda d: _plan_with(f"custom:{d / 'huge.npz'}"),
+        "claims shape (10000000, 10000000)",
+    ),
+    *[
+        (f"domain {text}", lambda d, n=name: ["plan", "--schema", d / f"{n}.json", "--workload", "marginal:1"], needle)
+        for (name, text), needle in zip(DOMAINS.items(), DOMAIN_NEEDLES)
+    ],
 ]
 
 
@@ -217,12 +253,18 @@ def test_declared_options_are_the_planners_keywords():
 # --- properties: random input parses to a valid value or is one InputError ------------------------
 
 NUMBER_TEXT = st.one_of(
-    st.floats().map(repr), st.integers(-10**3, 10**400).map(str), st.text(alphabet="0123456789.eE+-", max_size=12),
+    st.floats().map(repr),
+    st.integers(-(10**3), 10**400).map(str),
+    st.text(alphabet="0123456789.eE+-", max_size=12),
     st.sampled_from(["5e-324", "1e-320", "1e-300", "1e-301", "0", "-0", ".5", "1e400", "nan", "inf"]),
     st.floats(-320, 2).map(lambda x: repr(10.0**x)),
 )
 BUDGETS = st.one_of(
-    st.floats(), st.integers(-10**3, 10**400), st.booleans(), st.none(), st.text(max_size=30),
+    st.floats(),
+    st.integers(-(10**3), 10**400),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=30),
     st.builds(lambda form, v: f"{form}={v}", st.sampled_from(["beta", "rho", "mu"]), NUMBER_TEXT),
     st.builds(lambda e, d: f"eps={e},delta={d}", NUMBER_TEXT, NUMBER_TEXT),
 )
@@ -256,8 +298,13 @@ def test_a_chosen_budget_never_has_more_delta_than_asked(eps, log10_delta):
 
 
 WEIGHTS = st.one_of(
-    st.floats(), st.floats(MIN_WEIGHT, MAX_WEIGHT), st.integers(-10**3, 10**400), st.booleans(), st.none(),
-    st.text(max_size=20), NUMBER_TEXT,
+    st.floats(),
+    st.floats(MIN_WEIGHT, MAX_WEIGHT),
+    st.integers(-(10**3), 10**400),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=20),
+    NUMBER_TEXT,
 )
 
 
@@ -275,19 +322,35 @@ def test_the_weight_parser_parses_exactly_or_refuses(value):
     assert workload.views[0].weight == w and parse_workload(workload.spec, TINY_SCHEMA).views == workload.views
 
 
-LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-10**3, 10**400),
-                   st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=4))
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**3), 10**400),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=4),
+)
 JSONISH = st.recursive(
-    LEAVES, lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
+    LEAVES,
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
     max_leaves=10,
 )
-ATTRIBUTES = st.one_of(JSONISH, st.fixed_dictionaries({}, optional={
-    "size": st.one_of(st.integers(-2, 8), JSONISH),
-    "kind": st.one_of(st.sampled_from(["numeric", "categorical"]), JSONISH),
-    "categories": st.one_of(JSONISH, st.lists(st.one_of(st.text(max_size=3), st.integers(-3, 3), st.booleans(),
-                                                        st.floats()), max_size=6)),
-    "bins": st.one_of(JSONISH, st.lists(st.one_of(st.integers(-100, 100), st.floats(), st.booleans()), max_size=6)),
-}))
+ATTRIBUTES = st.one_of(
+    JSONISH,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "size": st.one_of(st.integers(-2, 8), JSONISH),
+            "kind": st.one_of(st.sampled_from(["numeric", "categorical"]), JSONISH),
+            "categories": st.one_of(
+                JSONISH,
+                st.lists(st.one_of(st.text(max_size=3), st.integers(-3, 3), st.booleans(), st.floats()), max_size=6),
+            ),
+            "bins": st.one_of(
+                JSONISH, st.lists(st.one_of(st.integers(-100, 100), st.floats(), st.booleans()), max_size=6)
+            ),
+        },
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -317,9 +380,15 @@ def test_the_domain_parser_parses_or_refuses(scratch, domain):
 
 
 OPTION_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**3, 10**400), st.floats(), st.floats(0, 1), st.text(max_size=8),
-    st.lists(st.one_of(st.sampled_from(["kron", "plus-view", "marginal", "explicit", "opt0"]), st.integers()),
-             max_size=4),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**3), 10**400),
+    st.floats(),
+    st.floats(0, 1),
+    st.text(max_size=8),
+    st.lists(
+        st.one_of(st.sampled_from(["kron", "plus-view", "marginal", "explicit", "opt0"]), st.integers()), max_size=4
+    ),
     st.text(alphabet="0123456789.eE+-[],infa", max_size=10).map(lambda t: ("yaml", t)),
 )
 

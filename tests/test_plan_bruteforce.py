@@ -2,22 +2,30 @@
 
 import numpy as np
 import pytest
-
 from bruteforce import applied_full_privacy_gram, cost, full_privacy_gram, full_workload, pinv
+
 from querysmasher.accounting import Budget
-from querysmasher.planning import make_plan
 from querysmasher.planfile import load_plan, save_plan
+from querysmasher.planning import make_plan
 
 SPECS = ["marginal:1,2", "prefix:1,2", "range:1+affine:2", "hybrid:1,2,3", "random:1,2", "abs:2+circular:1@2"]
 
 
 # "qs-lowrank": qs with every several-term view solved in factored form (lowrank mechanisms)
-METHODS = {"rp": ("rp", None), "wff": ("wff", None), "qs": ("qs", None), "rpplus": ("rpplus", None), "qs-lowrank": ("qs", {"lowrank": "always"})}
+METHODS = {
+    "rp": ("rp", None),
+    "wff": ("wff", None),
+    "qs": ("qs", None),
+    "rpplus": ("rpplus", None),
+    "qs-lowrank": ("qs", {"lowrank": "always"}),
+}
 
 
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("method", list(METHODS))
-@pytest.mark.parametrize("budget", [Budget.from_beta(1.0), Budget.from_rho(0.3), Budget.from_mu(2.0), Budget.from_epsilon_delta(1.0, 1e-6)])
+@pytest.mark.parametrize(
+    "budget", [Budget.from_beta(1.0), Budget.from_rho(0.3), Budget.from_mu(2.0), Budget.from_epsilon_delta(1.0, 1e-6)]
+)
 def test_predicted_error_and_privacy_equal_the_explicit_mechanism(small_schema, spec, method, budget):
     name, options = METHODS[method]
     plan = make_plan(small_schema, spec, name, budget, solver_options=options)
@@ -196,8 +204,13 @@ def test_dense_plan_file_round_trip_stores_eigenpairs(tmp_path, small_schema, mo
     assert np.allclose(applied_full_privacy_gram(back), full_privacy_gram(plan), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("edit, needle", [("negative", r"field 'solutions/\w+/m1' -[\d.e-]+: must be >= 0"),
-                                          ("shape", r"field 'solutions/\w+/m0' 'shape \(\d+, \d+\)': must have shape")])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        ("negative", r"field 'solutions/\w+/m1' -[\d.e-]+: must be >= 0"),
+        ("shape", r"field 'solutions/\w+/m0' 'shape \(\d+, \d+\)': must have shape"),
+    ],
+)
 def test_edited_eigenpairs_are_refused(tmp_path, small_schema, edit, needle):
     import h5py
 
@@ -254,5 +267,7 @@ def test_dense_views_above_the_exact_pair_size_stay_dense(tmp_path, small_schema
         assert all(f["solutions"][k].attrs["kind"] == "dense" and "m0" in f["solutions"][k] for k in big)
     back = load_plan(tmp_path / "p.h5")
     for k in big:
-        assert back.solutions[k].mechanism.replace_cost() == pytest.approx(plan.solutions[k].mechanism.replace_cost(), rel=1e-12)
+        assert back.solutions[k].mechanism.replace_cost() == pytest.approx(
+            plan.solutions[k].mechanism.replace_cost(), rel=1e-12
+        )
     assert check_budget(back) <= plan.budget.beta

@@ -48,8 +48,11 @@ FORBIDDEN = [
     ("querysmasher.marginal_family.symmetric", "solve_symmetric"),
     ("querysmasher.marginal_family.restricted", "descend"),
     ("querysmasher.hdmm.plan", "plan_hdmm"),
-    *[(f"querysmasher.hdmm.{m}", f) for m in ("optimize", "optimize_laplace")
-      for f in ("opt_0", "opt_kron", "opt_plus", "opt_marginals")],
+    *[
+        (f"querysmasher.hdmm.{m}", f)
+        for m in ("optimize", "optimize_laplace")
+        for f in ("opt_0", "opt_kron", "opt_plus", "opt_marginals")
+    ],
     ("cvxpy", "Problem.solve"),
 ]
 
@@ -144,6 +147,7 @@ def _replace(name, edit):
         data = f[name][()]
         del f[name]
         f[name] = edit(data)
+
     return change
 
 
@@ -158,20 +162,23 @@ def _drop_residual_only(f):
     del f["residual_mechanisms/0"]
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda f: f.attrs.__setitem__("marginal_plan_format", 1), "marginal_plan_format.*re-run"),
-    (_replace("residual_losses", lambda d: -d), "residual_losses"),
-    (_replace("residual_costs", lambda d: d * np.nan), "residual_costs"),
-    (_replace("residual_losses", lambda d: d * 0 + 5e-324), "residual_losses.*no finite noise scale"),
-    (_replace("residual_losses", lambda d: np.concatenate([d, d])), "residual_losses"),
-    (lambda f: f.__delitem__("residual_costs"), "residual_costs"),
-    (lambda f: f.__delitem__("residual_mechanisms/0"), "residual_mechanisms"),
-    (lambda f: f["residual_mechanisms"].create_group("7"), "residual_mechanisms"),
-    (_replace("residual_mechanisms/0/m0", lambda d: d[:2]), "residual_mechanisms/0/m0"),
-    (_replace("residual_mechanisms/0/sizes", lambda d: d + 1), "residual_mechanisms/0/sizes"),
-    (lambda f: f["residual_mechanisms/0"].attrs.__setitem__("kind", "nope"), "residual_mechanisms/0.*kind"),
-    (_drop_residual_only, "residual-only subsets are not those its workload needs"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda f: f.attrs.__setitem__("marginal_plan_format", 1), "marginal_plan_format.*re-run"),
+        (_replace("residual_losses", lambda d: -d), "residual_losses"),
+        (_replace("residual_costs", lambda d: d * np.nan), "residual_costs"),
+        (_replace("residual_losses", lambda d: d * 0 + 5e-324), "residual_losses.*no finite noise scale"),
+        (_replace("residual_losses", lambda d: np.concatenate([d, d])), "residual_losses"),
+        (lambda f: f.__delitem__("residual_costs"), "residual_costs"),
+        (lambda f: f.__delitem__("residual_mechanisms/0"), "residual_mechanisms"),
+        (lambda f: f["residual_mechanisms"].create_group("7"), "residual_mechanisms"),
+        (_replace("residual_mechanisms/0/m0", lambda d: d[:2]), "residual_mechanisms/0/m0"),
+        (_replace("residual_mechanisms/0/sizes", lambda d: d + 1), "residual_mechanisms/0/sizes"),
+        (lambda f: f["residual_mechanisms/0"].attrs.__setitem__("kind", "nope"), "residual_mechanisms/0.*kind"),
+        (_drop_residual_only, "residual-only subsets are not those its workload needs"),
+    ],
+)
 def test_corrupt_residual_only_fields_are_one_input_error_naming_them(qsplus_file, tmp_path, change, needle):
     with pytest.raises(InputError, match=needle):
         load_marginal_plan(_edit(qsplus_file, tmp_path, change))

@@ -7,8 +7,8 @@ import pytest
 
 from querysmasher.accounting import Budget
 from querysmasher.cli import main
-from querysmasher.planning import make_plan
 from querysmasher.planfile import save_plan
+from querysmasher.planning import make_plan
 
 
 @pytest.fixture()
@@ -31,7 +31,9 @@ def _measure(capsys, plan, data, out, *extra):
 
 @pytest.mark.parametrize("method", ["rp", "wff", "qs", "rpplus"])
 @pytest.mark.parametrize("neighbours", ["add-remove", "replace"])
-def test_a_written_plan_measures_and_one_with_sigma_lowered_by_one_percent_is_refused(capsys, setup, method, neighbours):
+def test_a_written_plan_measures_and_one_with_sigma_lowered_by_one_percent_is_refused(
+    capsys, setup, method, neighbours
+):
     tmp_path, data = setup
     plan = _plan(tmp_path, method, neighbours)
     ok = tmp_path / "ok.h5"
@@ -69,7 +71,10 @@ def test_a_plan_whose_budget_was_raised_to_fit_still_passes_only_at_the_new_budg
     assert _measure(capsys, plan, data, tmp_path / "m.h5")[0] == 2
 
 
-@pytest.mark.parametrize("edit, needle", [("negative eigenvalue", "exceeds its budget"), ("nan", "NaN"), ("wrong shape", "must have shape (4, 4)")])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [("negative eigenvalue", "exceeds its budget"), ("nan", "NaN"), ("wrong shape", "must have shape (4, 4)")],
+)
 def test_an_edited_mechanism_is_charged_for_what_is_applied_or_refused(capsys, setup, edit, needle):
     tmp_path, data = setup
     plan = _plan(tmp_path, "qs", workload="marginal:2")
@@ -120,13 +125,48 @@ def test_plan_records_the_relation_and_hdmm_refuses_replace(capsys, tmp_path):
     from querysmasher.planfile import load_plan
 
     out = tmp_path / "p.h5"
-    assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "rp", "--neighbours", "replace", "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--schema",
+                "synthetic:n=4,d=3",
+                "--workload",
+                "prefix:1",
+                "--method",
+                "rp",
+                "--neighbours",
+                "replace",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
 
     assert json.loads(capsys.readouterr().out)["neighbours"] == "replace"
     assert load_plan(out).budget.neighbours == "replace"
     bad = tmp_path / "h.h5"
-    assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1", "--method", "hdmm", "--neighbours", "replace", "--out", str(bad)]) == 2
+    assert (
+        main(
+            [
+                "plan",
+                "--schema",
+                "synthetic:n=4,d=3",
+                "--workload",
+                "prefix:1",
+                "--method",
+                "hdmm",
+                "--neighbours",
+                "replace",
+                "--out",
+                str(bad),
+            ]
+        )
+        == 2
+    )
     assert "--neighbours" in capsys.readouterr().err and not bad.exists()
 
 
@@ -167,6 +207,12 @@ def test_max_objective_plans_under_replace_are_measurable(method):
     sum allocation, or it gets sigma^2 = 0 and the re-check refuses the plan it just made."""
     from querysmasher.measure import check_budget
 
-    plan = make_plan("synthetic:n=4,d=2", "prefix:1+affine:2", method, Budget.from_beta(1.0).with_neighbours("replace"), objective="max")
+    plan = make_plan(
+        "synthetic:n=4,d=2",
+        "prefix:1+affine:2",
+        method,
+        Budget.from_beta(1.0).with_neighbours("replace"),
+        objective="max",
+    )
     check_budget(plan)
     assert np.all(np.isfinite(plan.allocation.sigma2)) and np.all(plan.allocation.sigma2 > 0)

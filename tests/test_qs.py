@@ -4,8 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from bruteforce import pinv
+
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
 from querysmasher.planning import make_plan
@@ -18,20 +18,32 @@ BETA1 = Budget.from_beta(1.0)
 
 # The paper's Table 4, QS column (d = 40, beta = 1), as printed in the paper.
 PAPER_TABLE4_QS = {
-    (10, "marginal:1,2"): 23.48, (10, "prefix:1,2"): 33.70, (10, "range:1,2"): 41.08, (10, "circular:1,2"): 39.77,
-    (10, "prefix:1+affine:2"): 28.25, (10, "prefix:1+abs:2"): 35.85,
-    (20, "marginal:1,2"): 25.70, (20, "prefix:1,2"): 49.51, (20, "range:1,2"): 63.32, (20, "circular:1,2"): 63.01,
-    (20, "prefix:1+affine:2"): 35.71, (20, "prefix:1+abs:2"): 39.49,
+    (10, "marginal:1,2"): 23.48,
+    (10, "prefix:1,2"): 33.70,
+    (10, "range:1,2"): 41.08,
+    (10, "circular:1,2"): 39.77,
+    (10, "prefix:1+affine:2"): 28.25,
+    (10, "prefix:1+abs:2"): 35.85,
+    (20, "marginal:1,2"): 25.70,
+    (20, "prefix:1,2"): 49.51,
+    (20, "range:1,2"): 63.32,
+    (20, "circular:1,2"): 63.01,
+    (20, "prefix:1+affine:2"): 35.71,
+    (20, "prefix:1+abs:2"): 39.49,
 }
 
 
 @pytest.mark.parametrize(
     "n, spec, certified",
     [
-        (10, "marginal:1,2", 23.48), (20, "marginal:1,2", 25.70),
-        (10, "prefix:1,2", 33.69), (20, "prefix:1,2", 49.38),
-        (10, "range:1,2", 41.08), (20, "range:1,2", 63.31),
-        (10, "circular:1,2", 39.77), (20, "circular:1,2", 63.01),
+        (10, "marginal:1,2", 23.48),
+        (20, "marginal:1,2", 25.70),
+        (10, "prefix:1,2", 33.69),
+        (20, "prefix:1,2", 49.38),
+        (10, "range:1,2", 41.08),
+        (20, "range:1,2", 63.31),
+        (10, "circular:1,2", 39.77),
+        (20, "circular:1,2", 63.01),
     ],
 )
 def test_certified_optimum_on_product_workloads_is_at_most_the_papers_qs(n, spec, certified):
@@ -52,7 +64,9 @@ def test_circular_equals_wff_which_is_optimal():
     assert qs == pytest.approx(wff, rel=1e-6)
 
 
-@pytest.mark.parametrize("n, spec", [(10, "prefix:1+affine:2"), (10, "prefix:1+abs:2"), (20, "prefix:1+affine:2"), (20, "prefix:1+abs:2")])
+@pytest.mark.parametrize(
+    "n, spec", [(10, "prefix:1+affine:2"), (10, "prefix:1+abs:2"), (20, "prefix:1+affine:2"), (20, "prefix:1+abs:2")]
+)
 def test_beats_the_papers_qs_on_affine_and_abs_with_a_certificate(n, spec):
     paper = PAPER_TABLE4_QS[(n, spec)]
     p = make_plan(f"synthetic:n={n},d=40", spec, "qs", BETA1)
@@ -74,7 +88,9 @@ def test_hybrid_1_on_cps_is_exact():
     assert round(p.rmse, 3) == 3.135 and p.summary()["gap"] <= 1e-6
 
 
-@pytest.mark.parametrize("spec", ["prefix:1,2", "range:1+affine:2+prefix:3", "hybrid:1,2,3", "random:1,2", "abs:2+marginal:1"])
+@pytest.mark.parametrize(
+    "spec", ["prefix:1,2", "range:1+affine:2+prefix:3", "hybrid:1,2,3", "random:1,2", "abs:2+marginal:1"]
+)
 def test_qs_is_never_worse_than_wff_or_rp(spec):
     schema = "synthetic:n=5,d=4" if spec != "hybrid:1,2,3" else "cps"
     qs = make_plan(schema, spec, "qs", BETA1)
@@ -99,7 +115,9 @@ def test_solutions_are_feasible_and_losses_are_true():
 def test_large_several_term_view_falls_back_with_a_warning_and_a_note():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        p = make_plan("synthetic:n=6,d=3", "prefix:1+affine:2+prefix:2", "qs", BETA1, solver_options={"max_dense_cells": 30})
+        p = make_plan(
+            "synthetic:n=6,d=3", "prefix:1+affine:2+prefix:2", "qs", BETA1, solver_options={"max_dense_cells": 30}
+        )
     assert any("max_dense_cells=30" in str(w.message) for w in caught)
     assert any("fell back" in n for n in p.notes)
     assert "lower_bound" not in p.summary()  # no certificate is claimed for the fallback views
@@ -135,7 +153,10 @@ def test_lowrank_agrees_with_dense(spec):
 
     def noiseless(plan):  # the measurements without noise: both must recover every answer exactly
         idx = np.flatnonzero(np.isfinite(plan.allocation.sigma2))
-        ys = [plan.solutions[plan.keys[i]].mechanism.sqrt_apply(marginal(records, plan.views[i], schema.sizes)) for i in idx]
+        ys = [
+            plan.solutions[plan.keys[i]].mechanism.sqrt_apply(marginal(records, plan.views[i], schema.sizes))
+            for i in idx
+        ]
         return reconstruct(plan, Measurements(idx, ys, True))
 
     rl, rd = noiseless(low), noiseless(dense)

@@ -9,9 +9,16 @@ import pytest
 
 from querysmasher.accounting import Budget
 from querysmasher.fulldomain import cell_index, full_domain_gram, marginalise
-from querysmasher.marginal_family import applied_privacy_cost, build_problem, measure_marginals, measurement_operators, plan, reconstruct
-from querysmasher.marginal_family.gls import view_queries
+from querysmasher.marginal_family import (
+    applied_privacy_cost,
+    build_problem,
+    measure_marginals,
+    measurement_operators,
+    plan,
+    reconstruct,
+)
 from querysmasher.marginal_family.certificate import certificate
+from querysmasher.marginal_family.gls import view_queries
 from querysmasher.marginal_family.optimize import start_from_residual_plan
 from querysmasher.planners.residual import plan_residual
 from querysmasher.schema import parse_schema
@@ -40,13 +47,16 @@ def _full_x(problem, ys, sizes):
     return x
 
 
-@pytest.mark.parametrize("schema, workload, tie", [
-    ("synthetic:n=3,d=3", "affine:2", False),
-    ("synthetic:n=3,d=3", "affine:2", True),
-    ("synthetic:n=3,d=3", "prefix:1+abs:2", False),
-    ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3", True),
-    ("skewed", "prefix:1,2+affine:2", False),
-])
+@pytest.mark.parametrize(
+    "schema, workload, tie",
+    [
+        ("synthetic:n=3,d=3", "affine:2", False),
+        ("synthetic:n=3,d=3", "affine:2", True),
+        ("synthetic:n=3,d=3", "prefix:1+abs:2", False),
+        ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3", True),
+        ("skewed", "prefix:1,2+affine:2", False),
+    ],
+)
 def test_objective_and_gradient_match_the_full_domain(schema, workload, tie, skewed):
     s = parse_schema(skewed if schema == "skewed" else schema)
     w = parse_workload(workload, s)
@@ -107,13 +117,16 @@ def test_issue_target_on_4_cubed_affine():
     assert p.qs_rmse == pytest.approx(2.2982, abs=1e-4)
 
 
-@pytest.mark.parametrize("schema, workload", [
-    ("synthetic:n=3,d=3", "affine:2"),
-    ("synthetic:n=3,d=3", "abs:2"),
-    ("synthetic:n=3,d=3", "prefix:1,2"),
-    ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3"),
-    pytest.param("skewed", "marginal:1+affine:2", marks=pytest.mark.slow),  # ~11 s: three untied views
-])
+@pytest.mark.parametrize(
+    "schema, workload",
+    [
+        ("synthetic:n=3,d=3", "affine:2"),
+        ("synthetic:n=3,d=3", "abs:2"),
+        ("synthetic:n=3,d=3", "prefix:1,2"),
+        ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3"),
+        pytest.param("skewed", "marginal:1+affine:2", marks=pytest.mark.slow),  # ~11 s: three untied views
+    ],
+)
 def test_never_above_qs_and_certified(schema, workload, skewed):
     p = plan(skewed if schema == "skewed" else schema, workload, target_gap=1e-3)
     assert p.total_variance <= p.qs_total_variance * (1 + 1e-9)
@@ -122,7 +135,10 @@ def test_never_above_qs_and_certified(schema, workload, skewed):
     assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9) and p.privacy_cost() <= 1.0
 
 
-@pytest.mark.parametrize("schema, workload, beta", [("synthetic:n=3,d=3", "affine:2", 2.0), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3", 0.5)])
+@pytest.mark.parametrize(
+    "schema, workload, beta",
+    [("synthetic:n=3,d=3", "affine:2", 2.0), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3", 0.5)],
+)
 def test_privacy_cost_of_the_applied_operators_by_brute_force(schema, workload, beta):
     p = plan(schema, workload, Budget.from_beta(beta), target_gap=1e-3)
     ops = measurement_operators(p)
@@ -141,7 +157,9 @@ def test_privacy_cost_of_the_applied_operators_by_brute_force(schema, workload, 
         measure_marginals(p, lambda a: np.zeros(math.prod(sizes[i] for i in a)), np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("schema, workload", [("synthetic:n=3,d=3", "affine:2"), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3")])
+@pytest.mark.parametrize(
+    "schema, workload", [("synthetic:n=3,d=3", "affine:2"), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3")]
+)
 def test_gls_is_unbiased_and_its_variances_are_exact(schema, workload):
     p = plan(schema, workload, Budget.from_beta(0.7), target_gap=1e-3)
     sizes = p.schema.sizes
@@ -220,7 +238,9 @@ def test_views_above_the_cell_limit_keep_their_residual_mechanisms(skewed):
         assert np.allclose(ans, view_queries(p.workload, v) @ marginalise(truth_x, p.schema.sizes, v.attrs).ravel())
 
 
-@pytest.mark.parametrize("schema, workload", [("synthetic:n=3,d=3", "affine:2"), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3")])
+@pytest.mark.parametrize(
+    "schema, workload", [("synthetic:n=3,d=3", "affine:2"), ("synthetic:n=3,d=4", "range:1+affine:2+prefix:3")]
+)
 def test_view_tables_are_unbiased_with_exact_cell_variances(schema, workload):
     """The tables a release publishes: each workload view's reconstructed marginal, unbiased where
     table_estimable says so, with the variance reconstruct(cell_variances=True) predicts (Monte Carlo)."""
@@ -345,7 +365,11 @@ def test_auto_descent_takes_truncated_newton_when_the_krylov_basis_would_not_fit
 
 
 # the three solver paths of the planner: the symmetric reduction, the general descent, the restricted descent
-_PATHS = [("synthetic:n=3,d=3", "affine:2", None), ("skewed", "abs:2", None), ("skewed", "abs:2", {"method": "restricted"})]
+_PATHS = [
+    ("synthetic:n=3,d=3", "affine:2", None),
+    ("skewed", "abs:2", None),
+    ("skewed", "abs:2", {"method": "restricted"}),
+]
 
 
 @pytest.mark.parametrize("schema, workload, options", _PATHS)
@@ -393,7 +417,9 @@ def test_the_time_limit_holds_inside_every_descent(schema, workload, options, sk
     assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9) and p.privacy_cost() <= 1.0
 
 
-@pytest.mark.parametrize("schema, workload", [("skewed", "marginal:2"), ("skewed", "marginal:1,2"), ("synthetic:n=3,d=3", "marginal:2")])
+@pytest.mark.parametrize(
+    "schema, workload", [("skewed", "marginal:2"), ("skewed", "marginal:1,2"), ("synthetic:n=3,d=3", "marginal:2")]
+)
 def test_a_workload_the_family_cannot_improve_stays_at_qs(schema, workload, skewed):
     """Marginal workloads: the residual mechanisms are already optimal over the family, so qsplus
     certifies qs's own value (never above it), whichever solver path the schema takes."""

@@ -163,7 +163,9 @@ def test_cells_that_would_pass_after_the_last_blocking_round_stop_the_step(abs_f
     assert pt.objective < first.objective
 
 
-def test_a_step_settles_its_active_set_and_the_next_step_keeps_the_cells_it_released(abs_first_temperature, monkeypatch):
+def test_a_step_settles_its_active_set_and_the_next_step_keeps_the_cells_it_released(
+    abs_first_temperature, monkeypatch
+):
     """Each step's active set settles on its model (held cells with negative multipliers released,
     free cells the step would take past their cost held); the next step starts from the settled set.
     Re-holding every cell within ACTIVE_RTOL of its cost at every step pulled the cells just released

@@ -14,8 +14,8 @@ from querysmasher.accounting import Budget
 from querysmasher.fulldomain import cell_index
 from querysmasher.marginal_family import MarginalPlan, applied_privacy_cost, measurement_operators, plan
 from querysmasher.marginal_family.files import load_marginal_plan, save_marginal_plan
-from querysmasher.reconstruct import released_answers
 from querysmasher.plankinds import kind_of
+from querysmasher.reconstruct import released_answers
 
 SCHEMA, WORKLOAD = "synthetic:n=3,d=3", "affine:2"
 MIXED = "prefix:3+affine:2"  # three marginal views and one residual-only subset (the 3-way view)
@@ -30,13 +30,27 @@ def small_plan():
 
 def _data(tmp_path):
     data = tmp_path / "d.csv"
-    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (150, 3)), columns=["a0", "a1", "a2"]).to_csv(data, index=False)
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (150, 3)), columns=["a0", "a1", "a2"]).to_csv(
+        data, index=False
+    )
     return data
 
 
 def test_cli_round_trip(cli, tmp_path):
     data, p, m, a = _data(tmp_path), tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    r = cli("plan", "--schema", SCHEMA, "--workload", WORKLOAD, "--method", "qsplus", "--out", str(p), "--option", "target_gap=1e-3")
+    r = cli(
+        "plan",
+        "--schema",
+        SCHEMA,
+        "--workload",
+        WORKLOAD,
+        "--method",
+        "qsplus",
+        "--out",
+        str(p),
+        "--option",
+        "target_gap=1e-3",
+    )
     assert r.returncode == 0, r.stderr
     assert cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m), "--seed", "1").returncode == 0
     r = cli("reconstruct", "--plan", str(p), "--measurements", str(m), "--out", str(a), "--csv", str(tmp_path / "csv"))
@@ -60,7 +74,9 @@ def test_saved_plan_loads_equal(small_plan, tmp_path):
     assert isinstance(back, MarginalPlan) and kind_of(back).file_kind == "marginal-plan"
     assert back.rmse == small_plan.rmse
     assert back.privacy_cost() == pytest.approx(small_plan.privacy_cost(), rel=1e-12)
-    assert applied_privacy_cost(measurement_operators(back)) == pytest.approx(applied_privacy_cost(measurement_operators(small_plan)), rel=1e-12)
+    assert applied_privacy_cost(measurement_operators(back)) == pytest.approx(
+        applied_privacy_cost(measurement_operators(small_plan)), rel=1e-12
+    )
     s = back.summary()
     assert {"rmse", "queries", "views"} <= set(s)
 
@@ -93,7 +109,9 @@ def test_api_make_plan():
     assert p.rmse <= p.qs_rmse * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("field, edit", [("shares", lambda d: -d), ("residual_sigma2", lambda d: d * np.nan), ("factor_of", lambda d: d + 5)])
+@pytest.mark.parametrize(
+    "field, edit", [("shares", lambda d: -d), ("residual_sigma2", lambda d: d * np.nan), ("factor_of", lambda d: d + 5)]
+)
 def test_corrupt_plan_field_is_one_input_error_naming_it(small_plan, tmp_path, field, edit):
     from querysmasher.errors import InputError
 
@@ -205,7 +223,21 @@ def test_replace_plan_is_the_add_remove_optimum_rescaled_and_uncertified(replace
 
 def test_replace_plan_measures_through_the_cli(cli, tmp_path):
     data, p, m, a = _data(tmp_path), tmp_path / "p.h5", tmp_path / "m.h5", tmp_path / "a.h5"
-    r = cli("plan", "--schema", SCHEMA, "--workload", WORKLOAD, "--method", "qsplus", "--neighbours", "replace", "--out", str(p), "--option", "target_gap=1e-3")
+    r = cli(
+        "plan",
+        "--schema",
+        SCHEMA,
+        "--workload",
+        WORKLOAD,
+        "--method",
+        "qsplus",
+        "--neighbours",
+        "replace",
+        "--out",
+        str(p),
+        "--option",
+        "target_gap=1e-3",
+    )
     assert r.returncode == 0, r.stderr
     assert load_marginal_plan(p).budget.neighbours == "replace"
     assert cli("measure", "--plan", str(p), "--data", str(data), "--out", str(m), "--seed", "1").returncode == 0

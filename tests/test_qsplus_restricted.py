@@ -11,8 +11,15 @@ import pytest
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.fulldomain import marginalise
-from querysmasher.marginal_family import applied_privacy_cost, build_problem, measure_marginals, measurement_operators, plan, reconstruct
-from querysmasher.marginal_family import restricted
+from querysmasher.marginal_family import (
+    applied_privacy_cost,
+    build_problem,
+    measure_marginals,
+    measurement_operators,
+    plan,
+    reconstruct,
+    restricted,
+)
 from querysmasher.marginal_family.certificate import maxcut_upper, sdp_upper
 from querysmasher.marginal_family.gls import view_queries
 from querysmasher.planners.residual import plan_residual
@@ -73,7 +80,9 @@ def test_the_projected_certificate_equals_the_cell_form():
     proj = sdp_upper(None, s, basis=basis, projected=dr)
     assert proj == pytest.approx(cell, rel=1e-9)
     start = np.full(n, float(np.trace(dr)) / n)
-    assert maxcut_upper(None, start, basis=basis, projected=dr) == pytest.approx(maxcut_upper(d, start, basis=basis), rel=1e-6)
+    assert maxcut_upper(None, start, basis=basis, projected=dr) == pytest.approx(
+        maxcut_upper(d, start, basis=basis), rel=1e-6
+    )
 
 
 def test_the_restricted_bound_brackets_the_cell_basis_optimum(skewed):
@@ -98,7 +107,9 @@ def test_the_restricted_bound_brackets_the_cell_basis_optimum(skewed):
 
 
 def test_the_restricted_method_plans_measures_and_reconstructs(skewed):
-    p = plan(skewed, "prefix:1+affine:2", Budget.from_beta(2.0), target_gap=1e-3, optimiser_options={"method": "restricted"})
+    p = plan(
+        skewed, "prefix:1+affine:2", Budget.from_beta(2.0), target_gap=1e-3, optimiser_options={"method": "restricted"}
+    )
     assert p.total_variance <= p.qs_total_variance * (1 + 1e-9)
     assert 0 < p.lower_bound <= p.total_variance and p.gap <= 1e-3
     ops = measurement_operators(p)
@@ -124,7 +135,7 @@ def test_auto_restricts_only_large_untied_problems(skewed):
 
 
 def test_auto_keeps_many_large_views_of_an_uneven_schema_residual(tmp_path):
-    """"auto" without max_view_cells: on a non-uniform schema with more than AUTO_LARGE_VIEWS views
+    """ "auto" without max_view_cells: on a non-uniform schema with more than AUTO_LARGE_VIEWS views
     above 400 cells those keep their qs mechanisms (noted, recorded in the plan); a uniform schema
     (the symmetric reduction's ground) and a workload whose views are all large are left whole."""
     from querysmasher.marginal_family.planner import AUTO_LARGE_VIEWS, _auto_max_view_cells

@@ -31,7 +31,10 @@ def _random_pair_gram(red, rng):
     return a @ a.T + 0.5 * np.eye(red.ne), b @ b.T + 0.5 * np.eye(red.no)
 
 
-@pytest.mark.parametrize("n, d, workload", [(3, 4, "affine:2"), (4, 5, "abs:2"), (3, 3, "abs:2"), (3, 4, "prefix:1+affine:2"), (4, 5, "range:1+abs:2")])
+@pytest.mark.parametrize(
+    "n, d, workload",
+    [(3, 4, "affine:2"), (4, 5, "abs:2"), (3, 3, "abs:2"), (3, 4, "prefix:1+affine:2"), (4, 5, "range:1+abs:2")],
+)
 def test_isotypic_blocks_give_the_full_objective(n, d, workload):
     """sum mult tr(G_l X_l^-1) over the four blocks equals tr(G X^-1) of the whole problem
     (MarginalProblem.evaluate, itself checked against the full domain) at a random swap-invariant Y;
@@ -97,10 +100,14 @@ def _family_optimum_by_cvxpy(schema, workload):
     return float(np.trace(half.T @ np.linalg.solve(xt, half)))
 
 
-@pytest.mark.parametrize("schema, workload", [
-    ("synthetic:n=3,d=4", "affine:2"), ("synthetic:n=3,d=4", "abs:2"),
-    ("synthetic:n=3,d=4", "prefix:1+affine:2"),  # the paper's Table 4 affine workload: 1-way views inside the pairs
-])
+@pytest.mark.parametrize(
+    "schema, workload",
+    [
+        ("synthetic:n=3,d=4", "affine:2"),
+        ("synthetic:n=3,d=4", "abs:2"),
+        ("synthetic:n=3,d=4", "prefix:1+affine:2"),  # the paper's Table 4 affine workload: 1-way views inside the pairs
+    ],
+)
 def test_reduced_optimum_is_the_family_optimum_and_certified(schema, workload):
     reference = _family_optimum_by_cvxpy(schema, workload)
     problem = _problem(schema, workload)
@@ -125,11 +132,14 @@ def test_reduction_and_descent_agree_within_their_certificates():
     assert fast.gap <= 1e-4 and fast.privacy_cost() == pytest.approx(1.0, rel=1e-9)
 
 
-@pytest.mark.parametrize("schema, workload, why", [
-    ("synthetic:n=3,d=2", "affine:2", "three attributes"),
-    ("synthetic:n=3,d=4", "affine:2+prefix:3", "residual-only"),
-    ("synthetic:n=5,d=3", "affine:2", "25 cells"),
-])
+@pytest.mark.parametrize(
+    "schema, workload, why",
+    [
+        ("synthetic:n=3,d=2", "affine:2", "three attributes"),
+        ("synthetic:n=3,d=4", "affine:2+prefix:3", "residual-only"),
+        ("synthetic:n=5,d=3", "affine:2", "25 cells"),
+    ],
+)
 def test_where_the_reduction_does_not_apply(schema, workload, why, monkeypatch):
     monkeypatch.setattr("querysmasher.marginal_family.symmetric.MAX_CELLS", 16)
     problem = _problem(schema, workload)
@@ -160,7 +170,9 @@ def test_paper_table4_n10_below_qs_and_certified(family, qs_rmse):
     assert p.rmse < 0.93 * p.qs_rmse
 
 
-@pytest.mark.parametrize("schema, workload", [("synthetic:n=5,d=4", "affine:2"), ("synthetic:n=6,d=5", "prefix:1+abs:2")])
+@pytest.mark.parametrize(
+    "schema, workload", [("synthetic:n=5,d=4", "affine:2"), ("synthetic:n=6,d=5", "prefix:1+abs:2")]
+)
 def test_restricted_reduction_is_certified_over_the_whole_family(schema, workload):
     """Keeping each pair's top to its workload's span loses nothing, and the restricted problem's
     bound (s(D) over the kept subspace) is a bound on the whole family: never above the whole-space
@@ -296,7 +308,9 @@ def test_bounds_over_a_subspace_are_bounds_and_reach_the_sdp(seed):
     assert cp.Problem(cp.Maximize(cp.trace(d @ whole)), [cp.diag(whole) <= 1]).solve(solver="CLARABEL") > true * 1.01
 
 
-@pytest.mark.parametrize("schema, workload", [("synthetic:n=5,d=4", "affine:2"), ("synthetic:n=7,d=5", "prefix:1+affine:2")])
+@pytest.mark.parametrize(
+    "schema, workload", [("synthetic:n=5,d=4", "affine:2"), ("synthetic:n=7,d=5", "prefix:1+affine:2")]
+)
 def test_polish_takes_a_rough_restricted_point_to_the_optimum(schema, workload):
     """SCS stopped at 1e-3 leaves its restricted point 1e-3 above the optimum (Clarabel over the
     whole pair space); the polish brings it within 1e-5, never below the certified optimum."""

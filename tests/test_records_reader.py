@@ -23,8 +23,11 @@ from querysmasher.schema import parse_schema
 SYNTHETIC = parse_schema("synthetic:n=4,d=3")  # a0, a1, a2 holding codes 0..3
 GOOD = [["a0", "a1", "a2"], ["0", "1", "2"], ["3", "3", "0"], ["1", "0", "3"]]
 # A domain of raw values: category names and bin edges are the domain's, not the records'.
-DOMAIN = {"color": {"categories": ["crimson", "teal", "ochre"]}, "size": {"categories": ["small", "large"]},
-          "age": {"bins": [0, 18, 65, 120]}}
+DOMAIN = {
+    "color": {"categories": ["crimson", "teal", "ochre"]},
+    "size": {"categories": ["small", "large"]},
+    "age": {"bins": [0, 18, 65, 120]},
+}
 RAW = [["color", "size", "age"], ["ochre", "large", "37"], ["teal", "small", "17"], ["crimson", "large", "120"]]
 RAW_CODES = [[2, 1, 1], [1, 0, 0], [0, 1, 2]]
 
@@ -40,8 +43,14 @@ def _zstd(data: bytes) -> bytes:
     return pytest.importorskip("zstandard").ZstdCompressor().compress(data)
 
 
-COMPRESS = {".csv": bytes, ".csv.gz": gzip.compress, ".csv.bz2": bz2.compress, ".csv.xz": lzma.compress,
-            ".csv.zip": _zip, ".csv.zst": _zstd}
+COMPRESS = {
+    ".csv": bytes,
+    ".csv.gz": gzip.compress,
+    ".csv.bz2": bz2.compress,
+    ".csv.xz": lzma.compress,
+    ".csv.zip": _zip,
+    ".csv.zst": _zstd,
+}
 TEXT = list(COMPRESS)
 FORMATS = TEXT + [".parquet"]
 COMPRESSED = TEXT[1:]
@@ -148,13 +157,16 @@ def test_a_missing_attribute_is_named_and_the_other_columns_counted(tmp_path, su
 # ------------------------------------------------------------------------------ values never quoted
 
 
-@pytest.mark.parametrize("column, value, needle", [
-    ("color", "magenta", "1 rows hold a value not in the category list of 'color' (first data rows: 2)"),
-    ("size", "QZmedium", "1 rows hold a value not in the category list of 'size' (first data rows: 2)"),
-    ("age", "130.5", "1 rows fall outside the bins [0, 120] (first data rows: 2)"),
-    ("age", "-7.25", "1 rows fall outside the bins [0, 120] (first data rows: 2)"),
-    ("age", "QZold", "1 rows are not numbers (first data rows: 2)"),
-])
+@pytest.mark.parametrize(
+    "column, value, needle",
+    [
+        ("color", "magenta", "1 rows hold a value not in the category list of 'color' (first data rows: 2)"),
+        ("size", "QZmedium", "1 rows hold a value not in the category list of 'size' (first data rows: 2)"),
+        ("age", "130.5", "1 rows fall outside the bins [0, 120] (first data rows: 2)"),
+        ("age", "-7.25", "1 rows fall outside the bins [0, 120] (first data rows: 2)"),
+        ("age", "QZold", "1 rows are not numbers (first data rows: 2)"),
+    ],
+)
 @pytest.mark.parametrize("suffix", FORMATS)
 def test_a_value_outside_the_domain_is_counted_never_quoted(tmp_path, domain, suffix, column, value, needle):
     schema, dom = domain
@@ -247,8 +259,9 @@ HEADER = st.one_of(
     encoded=st.booleans(),
     on_invalid=st.sampled_from(["error", "drop"]),
 )
-def test_fuzzed_csv_loads_or_is_one_input_error_quoting_no_cell(tmp_path, header, rows, blank_lines, suffix, encoded,
-                                                                on_invalid):
+def test_fuzzed_csv_loads_or_is_one_input_error_quoting_no_cell(
+    tmp_path, header, rows, blank_lines, suffix, encoded, on_invalid
+):
     """Random small CSV texts (with or without a header, blank lines, ragged rows, stray quotes) either
     load or raise an InputError, never another exception; the message holds no cell of 3 or more
     characters read from the file, besides the names the domain gave (attributes and categories)."""

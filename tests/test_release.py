@@ -14,10 +14,18 @@ from querysmasher.cli import main
 def spec(tmp_path):
     rng = np.random.default_rng(0)
     n = 301
-    pd.DataFrame({"age": rng.integers(0, 6, n), "sex": rng.choice(["f", "m"], n), "income": rng.integers(0, 5, n)}).to_csv(tmp_path / "d.csv", index=False)
+    pd.DataFrame(
+        {"age": rng.integers(0, 6, n), "sex": rng.choice(["f", "m"], n), "income": rng.integers(0, 5, n)}
+    ).to_csv(tmp_path / "d.csv", index=False)
     (tmp_path / "domain.yaml").write_text("age: 6\nsex: {categories: [f, m]}\nincome: {size: 5}\n")
-    raw = {"data": "d.csv", "domain": "domain.yaml", "tables": [{"marginal": ["sex", "age"]}, {"prefix": ["income", "age"], "weight": 2}],
-           "budget": {"epsilon": 1.0, "delta": 1e-6}, "neighbours": "replace", "postprocess": True}
+    raw = {
+        "data": "d.csv",
+        "domain": "domain.yaml",
+        "tables": [{"marginal": ["sex", "age"]}, {"prefix": ["income", "age"], "weight": 2}],
+        "budget": {"epsilon": 1.0, "delta": 1e-6},
+        "neighbours": "replace",
+        "postprocess": True,
+    }
     return tmp_path, raw, n
 
 
@@ -100,8 +108,12 @@ def test_unparsable_spec_is_one_line(capsys, tmp_path):
 
 
 def test_adult_release(capsys, adult_data, tmp_path):
-    raw = {"data": str(adult_data / "adult.csv"), "domain": str(adult_data / "adult-domain.json"),
-           "tables": [{"marginal": ["age", "sex"]}, {"prefix": ["age", "income>50K"]}], "budget": {"rho": 0.5}}
+    raw = {
+        "data": str(adult_data / "adult.csv"),
+        "domain": str(adult_data / "adult-domain.json"),
+        "tables": [{"marginal": ["age", "sex"]}, {"prefix": ["age", "income>50K"]}],
+        "budget": {"rho": 0.5},
+    }
     out = tmp_path / "adult"
     assert main(["release", _write(tmp_path, raw), "--out", str(out)]) == 0
     t = pd.read_csv(out / "age__sex.csv")
@@ -112,7 +124,9 @@ def test_qsplus_release_publishes_every_pair_table_with_standard_errors(capsys, 
     """qsplus measures each pair's whole marginal at full rank, so the affine table (a projection
     under qs) is published with exact standard errors; the budget is re-checked on its operators."""
     tmp_path, raw, n = spec
-    raw.update(method="qsplus", tables=[{"marginal": ["sex", "age"]}, {"affine": ["age", "income"]}], neighbours="add-remove")
+    raw.update(
+        method="qsplus", tables=[{"marginal": ["sex", "age"]}, {"affine": ["age", "income"]}], neighbours="add-remove"
+    )
     out = tmp_path / "release"
     assert main(["release", _write(tmp_path, raw), "--out", str(out)]) == 0, capsys.readouterr().err
     info = json.loads((out / "release.json").read_text())
@@ -122,5 +136,7 @@ def test_qsplus_release_publishes_every_pair_table_with_standard_errors(capsys, 
         t = pd.read_csv(out / name)
         assert len(t) == rows and (t["std_error"] > 0).all()
     assert (out / "answers" / "affine__age__income.csv").is_file()
-    assert pd.read_csv(out / "age__sex.csv")["estimate"].sum() == pytest.approx(pd.read_csv(out / "age__income.csv")["estimate"].sum())
+    assert pd.read_csv(out / "age__sex.csv")["estimate"].sum() == pytest.approx(
+        pd.read_csv(out / "age__income.csv")["estimate"].sum()
+    )
     assert (pd.read_csv(out / "postprocessed" / "age__income.csv")["count"] >= 0).all()

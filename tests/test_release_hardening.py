@@ -21,7 +21,6 @@ from querysmasher.atomic import FOLDER_TMP_SUFFIX, clean_stale_temp_files
 from querysmasher.cli import main
 from querysmasher.errors import InputError
 from querysmasher.filenames import table_file_name
-from querysmasher.schema import parse_schema
 
 HOSTILE = ["../x", "/abs/x", "a/b", "..", ".hidden", "~x", "a\\b", "b__c", "a__b", "a", "c", "total", "Total"]
 
@@ -42,10 +41,22 @@ def hostile(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "dom.json").write_text(json.dumps({n: 3 for n in HOSTILE}))
-    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (120, len(HOSTILE))), columns=HOSTILE).to_csv(work / "d.csv", index=False)
-    tables = [{"marginal": ["../x", "/abs/x"]}, {"marginal": ["a", "b__c"]}, {"marginal": ["a__b", "c"]}, {"marginal": [".."]},
-              {"marginal": [".hidden", "~x"]}, {"marginal": ["total"]}, {"marginal": ["Total"]}, {"prefix": ["a/b", "a\\b"]}]
-    (work / "spec.yaml").write_text(yaml.safe_dump({"data": "d.csv", "domain": "dom.json", "tables": tables, "budget": {"rho": 0.5}}))
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (120, len(HOSTILE))), columns=HOSTILE).to_csv(
+        work / "d.csv", index=False
+    )
+    tables = [
+        {"marginal": ["../x", "/abs/x"]},
+        {"marginal": ["a", "b__c"]},
+        {"marginal": ["a__b", "c"]},
+        {"marginal": [".."]},
+        {"marginal": [".hidden", "~x"]},
+        {"marginal": ["total"]},
+        {"marginal": ["Total"]},
+        {"prefix": ["a/b", "a\\b"]},
+    ]
+    (work / "spec.yaml").write_text(
+        yaml.safe_dump({"data": "d.csv", "domain": "dom.json", "tables": tables, "budget": {"rho": 0.5}})
+    )
     return tmp_path, work, tables
 
 
@@ -55,9 +66,30 @@ def test_hostile_attribute_names_never_write_outside_the_output_folder(hostile, 
     before = _tree(root)
     out = work / "out"
     workload = "+".join(f"{next(iter(t))}:({','.join(next(iter(t.values())))})" for t in tables)
-    assert main(["plan", "--schema", "dom.json", "--workload", workload, "--method", "qs", "--out", "out/plan.h5", "-q"]) == 0
-    assert main(["measure", "--plan", "out/plan.h5", "--data", "d.csv", "--out", "out/meas.h5", "--seed", "1", "-q"]) == 0
-    assert main(["reconstruct", "--plan", "out/plan.h5", "--measurements", "out/meas.h5", "--out", "out/ans.h5", "--csv", "out/csv", "-q"]) == 0
+    assert (
+        main(["plan", "--schema", "dom.json", "--workload", workload, "--method", "qs", "--out", "out/plan.h5", "-q"])
+        == 0
+    )
+    assert (
+        main(["measure", "--plan", "out/plan.h5", "--data", "d.csv", "--out", "out/meas.h5", "--seed", "1", "-q"]) == 0
+    )
+    assert (
+        main(
+            [
+                "reconstruct",
+                "--plan",
+                "out/plan.h5",
+                "--measurements",
+                "out/meas.h5",
+                "--out",
+                "out/ans.h5",
+                "--csv",
+                "out/csv",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert main(["release", "spec.yaml", "--out", "out/release", "-q"]) == 0
     new = _tree(root) - before
     assert new and all(p.startswith("work/out") for p in new), sorted(new)
@@ -80,8 +112,18 @@ def test_table_file_names_are_injective_on_hostile_names():
         assert len(f.encode()) <= 180 and f.isascii() and f.isprintable()
 
 
-@pytest.mark.parametrize("name, needle", [("a\x00b", "control"), ("a\nb", "control"), ("a\x1bb", "control"), (" a", "space"),
-                                          ("a,b", "grammar"), ("f(x)", "grammar"), ("", "non-empty")])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("a\x00b", "control"),
+        ("a\nb", "control"),
+        ("a\x1bb", "control"),
+        (" a", "space"),
+        ("a,b", "grammar"),
+        ("f(x)", "grammar"),
+        ("", "non-empty"),
+    ],
+)
 def test_unusable_attribute_names_are_refused_at_parse_time(tmp_path, capsys, name, needle):
     dom = tmp_path / "dom.json"
     dom.write_text(json.dumps({name: 3, "b": 2}))
@@ -103,16 +145,21 @@ def test_the_same_table_named_twice_is_refused(hostile, capsys):
 # ---------------------------------------------------------------------------------------- YAML
 
 BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
 
 
-@pytest.mark.parametrize("text, needle", ids=["billion-laughs", "deep", "twice", "budget-twice", "not-utf8"], argvalues=[
-    (BILLION_LAUGHS, "aliases"),
-    ("data: d.csv\ntables: " + "[" * 5000 + "]" * 5000, "deeper"),
-    ("data: d.csv\ndata: e.csv\n", "given twice"),
-    ("budget: {rho: 1, rho: 9}\n", "given twice"),
-    ("\xff\xfe not utf-8", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    ids=["billion-laughs", "deep", "twice", "budget-twice", "not-utf8"],
+    argvalues=[
+        (BILLION_LAUGHS, "aliases"),
+        ("data: d.csv\ntables: " + "[" * 5000 + "]" * 5000, "deeper"),
+        ("data: d.csv\ndata: e.csv\n", "given twice"),
+        ("budget: {rho: 1, rho: 9}\n", "given twice"),
+        ("\xff\xfe not utf-8", "UTF-8"),
+    ],
+)
 def test_hostile_yaml_specs_fail_fast_in_one_line(tmp_path, capsys, text, needle):
     p = tmp_path / "spec.yaml"
     p.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
@@ -134,7 +181,9 @@ def test_domain_files_and_options_are_parsed_defensively(tmp_path, capsys):
     _one_line_error(capsys, "aliases")
     assert main(["plan", "--schema", "cps", "--workload", "marginal:1", "--option", "target_gap=&a [*a]"]) == 2
     _one_line_error(capsys, "--option")
-    assert main(["plan", "--schema", "cps", "--workload", "prefix:1", "--option", "target_gap=1e-3", "-q"]) == 0  # a number, as written
+    assert (
+        main(["plan", "--schema", "cps", "--workload", "prefix:1", "--option", "target_gap=1e-3", "-q"]) == 0
+    )  # a number, as written
 
 
 @pytest.mark.parametrize("delta", ["1e-6", "1.0e-6", "1E-6", "10e-7"])
@@ -168,7 +217,9 @@ def test_snakemake_config_aliases_and_numbers(tmp_path):
         node = node[0]
     with pytest.raises(InputError, match="deeper"):
         check_loaded({"x": deep}, "config")
-    assert check_loaded({"r": {"budget": {"delta": "1e-6"}, "w": "prefix:1"}}, "c") == {"r": {"budget": {"delta": 1e-6}, "w": "prefix:1"}}
+    assert check_loaded({"r": {"budget": {"delta": "1e-6"}, "w": "prefix:1"}}, "c") == {
+        "r": {"budget": {"delta": 1e-6}, "w": "prefix:1"}
+    }
 
 
 # ------------------------------------------------------------------------------ inputs vs outputs
@@ -176,10 +227,33 @@ def test_snakemake_config_aliases_and_numbers(tmp_path):
 
 @pytest.fixture()
 def made(tmp_path):
-    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (50, 3)), columns=["a0", "a1", "a2"]).to_csv(tmp_path / "d.csv", index=False)
+    pd.DataFrame(np.random.default_rng(0).integers(0, 4, (50, 3)), columns=["a0", "a1", "a2"]).to_csv(
+        tmp_path / "d.csv", index=False
+    )
     plan, meas = tmp_path / "plan.h5", tmp_path / "meas.h5"
-    assert main(["plan", "--schema", "synthetic:n=4,d=3", "--workload", "prefix:1,2", "--method", "rp", "--out", str(plan), "-q"]) == 0
-    assert main(["measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(meas), "--seed", "1", "-q"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--schema",
+                "synthetic:n=4,d=3",
+                "--workload",
+                "prefix:1,2",
+                "--method",
+                "rp",
+                "--out",
+                str(plan),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            ["measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(meas), "--seed", "1", "-q"]
+        )
+        == 0
+    )
     return tmp_path, plan, meas
 
 
@@ -197,8 +271,11 @@ def test_out_never_resolves_to_an_input(made, capsys, monkeypatch, link, target)
     import querysmasher.data
 
     monkeypatch.setattr(querysmasher.data, "_read_table", lambda *a, **k: pytest.fail("records were read"))
-    args = (["measure", "--plan", str(plan), "--data", str(d / "d.csv"), "--out", str(out), "--seed", "2"] if target != "meas"
-            else ["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(out)])
+    args = (
+        ["measure", "--plan", str(plan), "--data", str(d / "d.csv"), "--out", str(out), "--seed", "2"]
+        if target != "meas"
+        else ["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(out)]
+    )
     assert main(args) == 2
     _one_line_error(capsys, "never overwrites an input")
     assert victim.read_bytes() == before
@@ -217,7 +294,22 @@ def test_plan_out_and_release_out_never_overwrite_their_inputs(spec_dir, capsys)
     _one_line_error(capsys, "input")
     # a --csv folder may be any folder, but not one holding an input a table could overwrite
     (work / "m.json").write_text("{}")
-    assert main(["reconstruct", "--plan", "x.h5", "--measurements", str(work / "m.json"), "--out", str(work / "a.h5"), "--csv", str(work)]) == 2
+    assert (
+        main(
+            [
+                "reconstruct",
+                "--plan",
+                "x.h5",
+                "--measurements",
+                str(work / "m.json"),
+                "--out",
+                str(work / "a.h5"),
+                "--csv",
+                str(work),
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "holds the input")
 
 
@@ -289,7 +381,9 @@ for args in json.loads(sys.argv[1]):
 """
 
 
-@pytest.mark.parametrize("limit", [0, 9000, pytest.param(2048, marks=pytest.mark.slow), pytest.param(30000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "limit", [0, 9000, pytest.param(2048, marks=pytest.mark.slow), pytest.param(30000, marks=pytest.mark.slow)]
+)
 def test_a_full_disk_is_one_line_and_leaves_nothing(made, spec_dir, limit):
     """The CLI with a file size limit: writes past it fail (EFBIG), as on a full disk (ENOSPC, whose
     failed HDF5 flush crashed measure with a segmentation fault)."""
@@ -297,14 +391,50 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(made, spec_dir, limit):
     work, raw = spec_dir
     (work / "s.yaml").write_text(yaml.safe_dump(raw))
     runs = {
-        "plan": ["plan", "--schema", "synthetic:n=6,d=4", "--workload", "marginal:1,2,3", "--method", "qs", "--out", str(d / "p2.h5"), "-q"],
-        "measure": ["measure", "--plan", str(plan), "--data", str(d / "d.csv"), "--out", str(d / "m2.h5"), "--seed", "3", "-q"],
-        "reconstruct": ["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(d / "a2.h5"), "-q"],
+        "plan": [
+            "plan",
+            "--schema",
+            "synthetic:n=6,d=4",
+            "--workload",
+            "marginal:1,2,3",
+            "--method",
+            "qs",
+            "--out",
+            str(d / "p2.h5"),
+            "-q",
+        ],
+        "measure": [
+            "measure",
+            "--plan",
+            str(plan),
+            "--data",
+            str(d / "d.csv"),
+            "--out",
+            str(d / "m2.h5"),
+            "--seed",
+            "3",
+            "-q",
+        ],
+        "reconstruct": [
+            "reconstruct",
+            "--plan",
+            str(plan),
+            "--measurements",
+            str(meas),
+            "--out",
+            str(d / "a2.h5"),
+            "-q",
+        ],
         "release": ["release", str(work / "s.yaml"), "--out", str(work / "rel"), "-q"],
     }
     before_d, before_w = _tree(d), _tree(work)
-    r = subprocess.run([sys.executable, "-c", _SCRIPT.format(limit=limit), json.dumps(list(runs.values()))], cwd=d,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(limit=limit), json.dumps(list(runs.values()))],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-800:]  # never a crash (it was a segmentation fault)
     results = dict(zip(runs, (json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT "))))
     assert len(results) == len(runs), r.stdout
@@ -318,7 +448,9 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(made, spec_dir, limit):
         assert failed == set(runs)
     new = (_tree(d) - before_d) | (_tree(work) - before_w)
     written = {"plan": "p2.h5", "measure": "m2.h5", "reconstruct": "a2.h5", "release": "rel"}
-    assert all(any(p == written[n] or p.startswith(written[n] + "/") for n in set(runs) - failed) for p in new), new  # no temporaries
+    assert all(any(p == written[n] or p.startswith(written[n] + "/") for n in set(runs) - failed) for p in new), (
+        new
+    )  # no temporaries
 
 
 def test_an_unwritable_out_is_refused_before_records_are_read(made, spec_dir, capsys, monkeypatch):
@@ -356,8 +488,11 @@ def test_a_killed_release_leaves_no_partial_tables(spec_dir):
     big = pd.DataFrame({"age": np.random.default_rng(2).integers(0, 4, 400_000), "sex": 1})
     big.to_csv(work / "d.csv", index=False)
     (work / "s.yaml").write_text(yaml.safe_dump(raw))
-    proc = subprocess.Popen([sys.executable, "-m", "querysmasher", "release", str(work / "s.yaml"), "--out", str(work / "rel"), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "querysmasher", "release", str(work / "s.yaml"), "--out", str(work / "rel"), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 120
     while not list(work.glob(f".rel.*{FOLDER_TMP_SUFFIX}")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.005)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from querysmasher.decompose import GramTerm, SubworkloadGram, decompose
-from querysmasher.methods import get_method
 from querysmasher.hdmm.plan import FULL_DOMAIN_BYTES
+from querysmasher.methods import get_method
 from querysmasher.pipeline import cache, resources
 from querysmasher.pipeline.config import Experiment
 from querysmasher.schema import parse_schema
@@ -113,7 +113,9 @@ def test_a_retry_asks_for_double():
 
 def test_stage_requests_grow_with_the_records_and_the_views():
     def exp(schema, workload, records):
-        return Experiment("x", "s", schema, False, workload, "qs", 1.0, 0, {"synthetic": {"records": records, "seed": 0}})
+        return Experiment(
+            "x", "s", schema, False, workload, "qs", 1.0, 0, {"synthetic": {"records": records, "seed": 0}}
+        )
 
     small = resources.stage_resources("measure", exp("synthetic:n=10,d=3", "prefix:1,2", 1_000))
     more_records = resources.stage_resources("measure", exp("synthetic:n=10,d=3", "prefix:1,2", 10_000_000))
@@ -121,7 +123,9 @@ def test_stage_requests_grow_with_the_records_and_the_views():
     smaller_views = resources.stage_resources("reconstruct", exp("synthetic:n=10,d=3", "prefix:1+affine:2", 1_000))
     assert more_records["mem_mb"] > small["mem_mb"] >= cache.BASE_MEM_MB
     assert bigger_views["mem_mb"] > smaller_views["mem_mb"]
-    plan_only = resources.stage_resources("measure", exp("synthetic:n=10,d=3", "prefix:1,2", 10_000_000), measured=False)
+    plan_only = resources.stage_resources(
+        "measure", exp("synthetic:n=10,d=3", "prefix:1,2", 10_000_000), measured=False
+    )
     assert plan_only["mem_mb"] < more_records["mem_mb"]
     with pytest.raises(ValueError):
         resources.stage_resources("nope", exp("synthetic:n=10,d=3", "prefix:1,2", 1))
@@ -139,7 +143,9 @@ def test_no_rule_requests_a_fixed_figure():
 def test_a_whole_workload_allocate_does_not_hold_the_data_vector():
     """HDMM's allocate plans (its Kronecker workload terms); only its measured stages hold the full
     data vector."""
-    e = Experiment("x", "s", "synthetic:n=10,d=8", False, "prefix:1,2", "hdmm", 1.0, 0, {"synthetic": {"records": 100, "seed": 0}})
+    e = Experiment(
+        "x", "s", "synthetic:n=10,d=8", False, "prefix:1,2", "hdmm", 1.0, 0, {"synthetic": {"records": 100, "seed": 0}}
+    )
     alloc = resources.stage_resources("allocate", e)["mem_mb"]
     measure = resources.stage_resources("measure", e, measured=True)["mem_mb"]
     assert alloc < measure
@@ -152,11 +158,25 @@ def test_whole_workload_requests_come_from_what_the_planner_declares(monkeypatch
     all-pairs plan peaked at 1.4 GB on 2 cores), not HDMM's Kronecker model (1 MB there)."""
     from querysmasher.marginal_family.method import QSPlusPlanner
 
-    e = Experiment("x", "s", "synthetic:n=20,d=5", False, "marginal:2", "qsplus", 1.0, 0, {"synthetic": {"records": 100, "seed": 0}})
+    e = Experiment(
+        "x",
+        "s",
+        "synthetic:n=20,d=5",
+        False,
+        "marginal:2",
+        "qsplus",
+        1.0,
+        0,
+        {"synthetic": {"records": 100, "seed": 0}},
+    )
     alloc = resources.stage_resources("allocate", e)
     assert alloc["mem_mb"] >= 1400 and alloc["mem_mb"] <= 3 * 1400 + 500
-    own = QSPlusPlanner.resources(parse_workload("marginal:2", parse_schema("synthetic:n=20,d=5")), "allocate")["mem_mb"]
-    monkeypatch.setattr(QSPlusPlanner, "resources", staticmethod(lambda w, stage: {"mem_mb": 10_000.0, "seconds": 3600.0}))
+    own = QSPlusPlanner.resources(parse_workload("marginal:2", parse_schema("synthetic:n=20,d=5")), "allocate")[
+        "mem_mb"
+    ]
+    monkeypatch.setattr(
+        QSPlusPlanner, "resources", staticmethod(lambda w, stage: {"mem_mb": 10_000.0, "seconds": 3600.0})
+    )
     bigger = resources.stage_resources("allocate", e)
     assert abs(bigger["mem_mb"] - alloc["mem_mb"] - (10_000 - own)) <= 1 and bigger["runtime"] >= 60
 

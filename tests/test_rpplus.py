@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-
 from bruteforce import definition_1d, pinv
-from querysmasher.planners import residual as plan_module
+
 from querysmasher.accounting import Budget
 from querysmasher.decompose import decompose
 from querysmasher.errors import InputError
+from querysmasher.planners import residual as plan_module
 from querysmasher.planning import make_plan
 from querysmasher.schema import parse_schema
 from querysmasher.solvers import mechanism_loss
@@ -57,7 +57,10 @@ def test_workload_basis_is_built_from_the_weighted_attribute_grams():
 
 
 @pytest.mark.parametrize("basis", ["prefix", "workload"])
-@pytest.mark.parametrize("spec", ["prefix:1,2", "hybrid:1,2", "range:1+affine:2", "abs:2+circular:1@2", "random:1,2", "marginal:1+prefix:2@3"])
+@pytest.mark.parametrize(
+    "spec",
+    ["prefix:1,2", "hybrid:1,2", "range:1+affine:2", "abs:2+circular:1@2", "random:1,2", "marginal:1+prefix:2@3"],
+)
 def test_bases_lie_in_the_residual_space_and_losses_are_exact(basis, spec):
     d = decompose(parse_workload(spec, parse_schema("synthetic:n=5,d=3")))
     solver = RPPlusSolver(basis=basis)

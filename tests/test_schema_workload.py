@@ -44,13 +44,20 @@ def test_bad_schema_names_the_value(spec, bad):
 @pytest.mark.parametrize(
     "spec, n, count",
     [
-        ("marginal:1,2", 10, 78_400), ("marginal:1,2", 20, 312_800),
-        ("prefix:1,2", 10, 78_400), ("prefix:1,2", 20, 312_800),
-        ("range:1,2", 10, 2_361_700), ("range:1,2", 20, 34_406_400),
-        ("circular:1,2", 10, 7_804_000), ("circular:1,2", 20, 124_816_000),
-        ("prefix:1+affine:2", 10, 15_220), ("prefix:1+affine:2", 20, 31_220),
-        ("prefix:1+abs:2", 10, 8_200), ("prefix:1+abs:2", 20, 16_400),
-        ("random:1,2", 10, 235_200), ("random:1,2", 20, 938_400),
+        ("marginal:1,2", 10, 78_400),
+        ("marginal:1,2", 20, 312_800),
+        ("prefix:1,2", 10, 78_400),
+        ("prefix:1,2", 20, 312_800),
+        ("range:1,2", 10, 2_361_700),
+        ("range:1,2", 20, 34_406_400),
+        ("circular:1,2", 10, 7_804_000),
+        ("circular:1,2", 20, 124_816_000),
+        ("prefix:1+affine:2", 10, 15_220),
+        ("prefix:1+affine:2", 20, 31_220),
+        ("prefix:1+abs:2", 10, 8_200),
+        ("prefix:1+abs:2", 20, 16_400),
+        ("random:1,2", 10, 235_200),
+        ("random:1,2", 20, 938_400),
     ],
 )
 def test_query_counts_match_the_paper(spec, n, count):

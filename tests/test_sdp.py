@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from querysmasher.solvers.reference import solve_reference
-from querysmasher.solvers.sdp import DenseSolveResult, dual_bound, dual_bound_factored, loss_of, solve_dense, solve_factored
+from querysmasher.solvers.sdp import (
+    DenseSolveResult,
+    dual_bound,
+    dual_bound_factored,
+    loss_of,
+    solve_dense,
+    solve_factored,
+)
 
 # ----------------------------------------------------------------------------- Grams
 
@@ -130,7 +137,9 @@ def test_closed_forms():
 
 def test_single_cell():
     r = solve_checked(np.array([[2.5]]))
-    assert r.X.tolist() == [[1.0]] and r.loss == pytest.approx(2.5, rel=1e-14) and r.gap == pytest.approx(0.0, abs=1e-14)
+    assert (
+        r.X.tolist() == [[1.0]] and r.loss == pytest.approx(2.5, rel=1e-14) and r.gap == pytest.approx(0.0, abs=1e-14)
+    )
     r0 = solve_checked(np.zeros((1, 1)))
     assert r0.loss == 0.0 and r0.X.tolist() == [[1.0]]
 
@@ -171,7 +180,12 @@ def test_deterministic():
     G = twoway_gram(5, "abs")
     a, b = solve_dense(G), solve_dense(G)
     assert np.array_equal(a.X, b.X) and np.array_equal(a.dual_weights, b.dual_weights)
-    assert (a.loss, a.lower_bound, a.iterations, a.factorizations) == (b.loss, b.lower_bound, b.iterations, b.factorizations)
+    assert (a.loss, a.lower_bound, a.iterations, a.factorizations) == (
+        b.loss,
+        b.lower_bound,
+        b.iterations,
+        b.factorizations,
+    )
 
 
 def test_limits_still_return_valid_bounds():
@@ -251,7 +265,17 @@ def agree_with_oracle(G: np.ndarray) -> None:
 
 @pytest.mark.parametrize(
     "c, rank, zeros, seed",
-    [(4, 4, 0, 0), (6, 2, 0, 1), (10, 10, 0, 2), (12, 3, 2, 3), (16, 16, 1, 4), (20, 2, 0, 5), (25, 6, 3, 6), (30, 30, 0, 7), (30, 2, 4, 8)],
+    [
+        (4, 4, 0, 0),
+        (6, 2, 0, 1),
+        (10, 10, 0, 2),
+        (12, 3, 2, 3),
+        (16, 16, 1, 4),
+        (20, 2, 0, 5),
+        (25, 6, 3, 6),
+        (30, 30, 0, 7),
+        (30, 2, 4, 8),
+    ],
 )
 def test_random_grams_match_oracle(c, rank, zeros, seed):
     agree_with_oracle(random_gram(np.random.default_rng(seed), c, rank, zeros))
@@ -362,7 +386,9 @@ def test_factored_wide_and_zero_inputs():
     assert r.loss == 0.0 and r.V.shape == (5, 0)
     tall = np.random.default_rng(3).standard_normal((12, 6))  # more rows than cells: full rank
     check_factored(tall, solve_factored(tall), 1e-4)
-    assert dual_bound_factored(tall, np.full(6, 1 / 6)) == pytest.approx(dual_bound(tall.T @ tall, np.full(6, 1 / 6)), rel=1e-12)
+    assert dual_bound_factored(tall, np.full(6, 1 / 6)) == pytest.approx(
+        dual_bound(tall.T @ tall, np.full(6, 1 / 6)), rel=1e-12
+    )
 
 
 def test_matrix_free_newton_matches_the_cholesky_one(monkeypatch, caplog):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from querysmasher.pipeline.datasets import resolve_data_source
 from querysmasher.data import load_records
+from querysmasher.pipeline.datasets import resolve_data_source
 from querysmasher.schema import parse_schema
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from querysmasher.solvers import get_solver
-from querysmasher.testing import SMALL_WORKLOADS, SolverCheckError, check_monte_carlo, check_privacy, check_solver, check_view_solutions, plan_with
+from querysmasher.testing import (
+    SMALL_WORKLOADS,
+    SolverCheckError,
+    check_monte_carlo,
+    check_privacy,
+    check_solver,
+    check_view_solutions,
+    plan_with,
+)
 
 METHODS = ["rp", "wff", "qs", "rpplus"]
 
@@ -59,7 +67,16 @@ class _Broken:
         return sol
 
 
-@pytest.mark.parametrize("defect, message", [("cost", "privacy cost"), ("loss", "reported loss"), ("bound", "lower_bound"), ("range", "range of X"), ("identity", "residual subspace")])
+@pytest.mark.parametrize(
+    "defect, message",
+    [
+        ("cost", "privacy cost"),
+        ("loss", "reported loss"),
+        ("bound", "lower_bound"),
+        ("range", "range of X"),
+        ("identity", "residual subspace"),
+    ],
+)
 def test_kit_rejects_broken_solvers(defect, message):
     with pytest.raises(SolverCheckError, match=message):
         check_solver(lambda: _Broken(defect), workloads=("prefix:1,2",), draws=0)
@@ -96,4 +113,6 @@ def test_the_kits_explicit_matrices_are_the_hand_written_ones(spec):
     (rows, weights), (want_rows, want_weights) = testing.full_workload(w), bruteforce.full_workload(w)
     assert np.array_equal(rows, want_rows) and np.array_equal(weights, want_weights)
     for v in w.views:
-        assert np.array_equal(testing.marginal_map(w.schema.sizes, v.attrs), bruteforce.marginal_map(w.schema.sizes, v.attrs))
+        assert np.array_equal(
+            testing.marginal_map(w.schema.sizes, v.attrs), bruteforce.marginal_map(w.schema.sizes, v.attrs)
+        )

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from bruteforce import full_privacy_gram, gls_histogram, marginal_map, pinv, view_queries
+
 from querysmasher.accounting import Budget
 from querysmasher.data import validate_records
 from querysmasher.measure import make_rng, measure
@@ -31,7 +31,9 @@ def _rec(small_schema, spec, method):
     return plan, reconstruct(plan, meas), meas
 
 
-@pytest.mark.parametrize("spec, method", [("prefix:1,2", "rp"), ("marginal:2", "qs"), ("range:1+affine:2", "wff"), ("hybrid:1,2", "rpplus")])
+@pytest.mark.parametrize(
+    "spec, method", [("prefix:1,2", "rp"), ("marginal:2", "qs"), ("range:1+affine:2", "wff"), ("hybrid:1,2", "rpplus")]
+)
 def test_published_tables_are_the_brute_force_least_squares_ones(tmp_path, small_schema, spec, method):
     """Every published cell and answer is the full-domain least-squares estimate from the noisy
     measurements (numpy's lstsq over the measured operators) with the explicit estimator's
@@ -57,7 +59,9 @@ def test_published_tables_are_the_brute_force_least_squares_ones(tmp_path, small
         assert np.allclose(a["answer"], q @ x_hat, rtol=1e-6, atol=1e-6)
         assert np.allclose(a["std_error"], np.sqrt(np.einsum("ij,jk,ik->i", q, xp, q)), rtol=1e-6)
     totals = {int(pd.read_csv(tmp_path / p)["count"].sum()) for p in index["postprocessed"]}
-    assert totals == {int(round(max(float(x_hat.sum()), 0.0)))}  # every post-processed table sums to the estimated total
+    assert totals == {
+        int(round(max(float(x_hat.sum()), 0.0)))
+    }  # every post-processed table sums to the estimated total
     for p in index["postprocessed"]:
         c = pd.read_csv(tmp_path / p)["count"]
         assert (c >= 0).all() and c.dtype.kind == "i"
@@ -93,18 +97,71 @@ def test_a_full_domain_plan_publishes_the_tables_its_mechanism_reaches(tmp_path)
     from querysmasher.variances import view_variances
     from querysmasher.workload import WorkloadView
 
-    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (100, 2)), columns=["a0", "a1"]).to_csv(tmp_path / "d.csv", index=False)
-    for workload, published in (("prefix:1+marginal:2", {"a0.csv", "a1.csv", "a0__a1.csv"}), ("marginal:1", {"a0.csv", "a1.csv"})):
+    pd.DataFrame(np.random.default_rng(0).integers(0, 3, (100, 2)), columns=["a0", "a1"]).to_csv(
+        tmp_path / "d.csv", index=False
+    )
+    for workload, published in (
+        ("prefix:1+marginal:2", {"a0.csv", "a1.csv", "a0__a1.csv"}),
+        ("marginal:1", {"a0.csv", "a1.csv"}),
+    ):
         plan, meas, out = tmp_path / f"{workload}.h5", tmp_path / f"{workload}-m.h5", tmp_path / f"{workload}-t"
-        assert main(["plan", "--schema", "synthetic:n=3,d=2", "--workload", workload, "--method", "mm", "--out", str(plan), "-q"]) == 0
-        assert main(["measure", "--plan", str(plan), "--data", str(tmp_path / "d.csv"), "--out", str(meas), "--seed", "1", "-q"]) == 0
-        assert main(["reconstruct", "--plan", str(plan), "--measurements", str(meas), "--out", str(tmp_path / "a.h5"), "--csv", str(out), "-q"]) == 0
+        assert (
+            main(
+                [
+                    "plan",
+                    "--schema",
+                    "synthetic:n=3,d=2",
+                    "--workload",
+                    workload,
+                    "--method",
+                    "mm",
+                    "--out",
+                    str(plan),
+                    "-q",
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "measure",
+                    "--plan",
+                    str(plan),
+                    "--data",
+                    str(tmp_path / "d.csv"),
+                    "--out",
+                    str(meas),
+                    "--seed",
+                    "1",
+                    "-q",
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "reconstruct",
+                    "--plan",
+                    str(plan),
+                    "--measurements",
+                    str(meas),
+                    "--out",
+                    str(tmp_path / "a.h5"),
+                    "--csv",
+                    str(out),
+                    "-q",
+                ]
+            )
+            == 0
+        )
         index = json.loads((out / "tables.json").read_text())
         assert {t["file"] for t in index["tables"] if t["file"]} == published
         p = load_any_plan(plan)
         table = pd.read_csv(out / "a0.csv")
         want = view_variances(p, WorkloadView((0,), "marginal", 1.0, ("marginal",)))
-        assert np.allclose(table.std_error ** 2, want, rtol=1e-9)
+        assert np.allclose(table.std_error**2, want, rtol=1e-9)
     # an mm plan for the 1-way marginals alone does not reach the 2-way cells (rank 5 of 9)
     ok, why = marginal_estimable(load_any_plan(tmp_path / "marginal:1.h5"), (0, 1))
     assert not ok and "projection" in why

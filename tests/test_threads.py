@@ -55,7 +55,13 @@ def test_a_capped_process_loads_blas_with_exactly_its_threads():
     env = {k: v for k, v in os.environ.items() if k not in threads.ENV_VARS}
 
     def blas(prefix: str) -> str:
-        return subprocess.run([sys.executable, "-c", prefix + "import numpy, scipy.linalg; " + probe], capture_output=True, text=True, env=env, check=True).stdout.strip()
+        return subprocess.run(
+            [sys.executable, "-c", prefix + "import numpy, scipy.linalg; " + probe],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout.strip()
 
     if (os.cpu_count() or 1) > 1:
         assert blas("") != "[1]"  # else this test could not tell
@@ -76,9 +82,18 @@ def test_every_rule_declares_threads_and_every_script_caps_them_first():
     assert not missing, f"rules without threads: {missing}"
     late = []
     for script in sorted((ROOT / "scripts").glob("*.py")):
-        lines = [ln for ln in script.read_text().splitlines() if re.match(r"(from|import) ", ln) or "cap_process(" in ln]
+        lines = [
+            ln for ln in script.read_text().splitlines() if re.match(r"(from|import) ", ln) or "cap_process(" in ln
+        ]
         first_cap = next((i for i, ln in enumerate(lines) if ln.startswith("cap_process(")), None)
-        first_other = next((i for i, ln in enumerate(lines) if (ln.startswith(("from", "import")) and "querysmasher.threads" not in ln and "__future__" not in ln)), len(lines))
+        first_other = next(
+            (
+                i
+                for i, ln in enumerate(lines)
+                if (ln.startswith(("from", "import")) and "querysmasher.threads" not in ln and "__future__" not in ln)
+            ),
+            len(lines),
+        )
         if first_cap is None or first_cap > first_other:
             late.append(script.name)
     assert not late, f"scripts that import before capping threads: {late}"

@@ -22,34 +22,60 @@ import numpy as np
 import pytest
 import yaml
 
-from querysmasher.pipeline import cache, config, datasets, fingerprint, layout, steps
 from querysmasher import accounting
 from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.io import read_kind
+from querysmasher.pipeline import cache, config, datasets, fingerprint, layout, steps
 from querysmasher.planning import make_plan
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "workflow" / "Snakefile"
-HAVE_SNAKEMAKE = shutil.which("snakemake") is not None or subprocess.run(
-    [sys.executable, "-c", "import snakemake"], capture_output=True
-).returncode == 0
-needs_snakemake = pytest.mark.skipif(not HAVE_SNAKEMAKE, reason="snakemake is not installed (pip install -e '.[workflow]')")
+HAVE_SNAKEMAKE = (
+    shutil.which("snakemake") is not None
+    or subprocess.run([sys.executable, "-c", "import snakemake"], capture_output=True).returncode == 0
+)
+needs_snakemake = pytest.mark.skipif(
+    not HAVE_SNAKEMAKE, reason="snakemake is not installed (pip install -e '.[workflow]')"
+)
 JOB_LINE = re.compile(r"^\s*(?:local)?(?:rule|checkpoint) (\w+):$", re.M)  # dry runs indent the jobs of a group
 
 TINY = {
     "schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"synthetic": {"records": 300, "seed": 1}}}},
-    "grid": [{"schemas": ["tiny"], "workloads": ["prefix:1+abs:2"], "methods": ["rp", "wff", "rpplus"], "budgets": [1.0], "seeds": [0]}],
+    "grid": [
+        {
+            "schemas": ["tiny"],
+            "workloads": ["prefix:1+abs:2"],
+            "methods": ["rp", "wff", "rpplus"],
+            "budgets": [1.0],
+            "seeds": [0],
+        }
+    ],
     # the 2-way abs subproblem (16 cells, one dense term) gets its own solve job; the rest is batched
     "solve": {"batch_max_cells": 8, "batch_max_seconds": 0.0, "batch_size": 10},
 }
 
 
-def snakemake(workdir: Path, *args: str, config: dict | None = None, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, config: dict | None = None, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run the workflow in ``workdir`` (config written to workdir/config.yaml when given)."""
     if config is not None:
         (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -126,8 +152,16 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     shutil.copytree(Path(fingerprint.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
 
     def prints():
-        return {(s, m): fingerprint.library_fingerprint(s, m, root=pkg) for s, m in
-                [("solve", "rp"), ("solve", "qs"), ("reconstruct", None), ("measure", None), ("decompose", None)]}
+        return {
+            (s, m): fingerprint.library_fingerprint(s, m, root=pkg)
+            for s, m in [
+                ("solve", "rp"),
+                ("solve", "qs"),
+                ("reconstruct", None),
+                ("measure", None),
+                ("decompose", None),
+            ]
+        }
 
     base = prints()
     assert all(v.startswith(__import__("querysmasher").__version__ + "+") for v in base.values())
@@ -141,7 +175,9 @@ def test_library_fingerprint_follows_exactly_the_code_a_stage_runs(tmp_path):
     (pkg / "decompose.py").write_text((pkg / "decompose.py").read_text() + "\n# edited\n")
     last = prints()
     assert last[("solve", "rp")] != again[("solve", "rp")] and last[("decompose", None)] != again[("decompose", None)]
-    (pkg / "workload.py").write_text((pkg / "workload.py").read_text() + "\n# edited\n")  # decompose writes the workload file
+    (pkg / "workload.py").write_text(
+        (pkg / "workload.py").read_text() + "\n# edited\n"
+    )  # decompose writes the workload file
     assert prints()[("decompose", None)] != last[("decompose", None)]
 
 
@@ -151,7 +187,11 @@ def test_planning_fingerprints_exclude_the_release_code(tmp_path):
     re-ran every allocate and rpplus solve on such edits). A solver's edit changes only its solves."""
     pkg = tmp_path / "querysmasher"
     shutil.copytree(Path(fingerprint.__file__).parents[1], pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    keys = [("allocate", m) for m in ("qs", "rpplus", "hdmm", "mm")] + [("solve", m) for m in ("qs", "rpplus")] + [("measure", None)]
+    keys = (
+        [("allocate", m) for m in ("qs", "rpplus", "hdmm", "mm")]
+        + [("solve", m) for m in ("qs", "rpplus")]
+        + [("measure", None)]
+    )
 
     def prints():
         return {k: fingerprint.library_fingerprint(*k, root=pkg) for k in keys}
@@ -168,13 +208,49 @@ def test_planning_fingerprints_exclude_the_release_code(tmp_path):
     assert all(last[k] == after[k] for k in keys if k != ("solve", "rpplus") and k[0] != "allocate")
 
 
-@pytest.mark.parametrize("stage, functions, libraries, not_functions", [
-    ("measure", {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"}, {"querysmasher.measure", "querysmasher.data"}, {"steps.decompose_to_files"}),
-    ("solve", {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"}, {"querysmasher.io", "querysmasher.planfile", "querysmasher.decompose", "querysmasher.workloadfile"}, {"cache.write_subproblem"}),
-    ("decompose", {"steps.decompose_to_files", "cache.plan_batches", "cache.write_batch", "cache.estimate_cost", "cache.BASE_MEM_MB", "layout.solver_namespace", "layout.RESULTS"}, {"querysmasher.atomic", "querysmasher.linalg"}, {"steps.solve_subproblem_files"}),
-    ("evaluate", {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"}, {"querysmasher.reconstruct", "querysmasher.atomic"}, {"report.aggregate"}),
-    ("aggregate", {"report.aggregate", "report._figures", "layout.budget_slug"}, {"querysmasher.atomic"}, {"evaluate.evaluate"}),
-])
+@pytest.mark.parametrize(
+    "stage, functions, libraries, not_functions",
+    [
+        (
+            "measure",
+            {"steps.measure_to_file", "datasets.load_dataset", "datasets.synthetic_records"},
+            {"querysmasher.measure", "querysmasher.data"},
+            {"steps.decompose_to_files"},
+        ),
+        (
+            "solve",
+            {"steps.solve_subproblem_files", "cache.read_subproblem", "cache.write_solutions"},
+            {"querysmasher.io", "querysmasher.planfile", "querysmasher.decompose", "querysmasher.workloadfile"},
+            {"cache.write_subproblem"},
+        ),
+        (
+            "decompose",
+            {
+                "steps.decompose_to_files",
+                "cache.plan_batches",
+                "cache.write_batch",
+                "cache.estimate_cost",
+                "cache.BASE_MEM_MB",
+                "layout.solver_namespace",
+                "layout.RESULTS",
+            },
+            {"querysmasher.atomic", "querysmasher.linalg"},
+            {"steps.solve_subproblem_files"},
+        ),
+        (
+            "evaluate",
+            {"evaluate.evaluate", "evaluate.read_benchmark", "layout.solve_benchmark_path"},
+            {"querysmasher.reconstruct", "querysmasher.atomic"},
+            {"report.aggregate"},
+        ),
+        (
+            "aggregate",
+            {"report.aggregate", "report._figures", "layout.budget_slug"},
+            {"querysmasher.atomic"},
+            {"evaluate.evaluate"},
+        ),
+    ],
+)
 def test_library_fingerprint_follows_the_pipeline_functions_across_modules(stage, functions, libraries, not_functions):
     """The source a stage's fingerprint hashes: its pipeline functions and those they use in other
     pipeline modules (by name or by an import in their body), not the other stages' functions; and
@@ -188,7 +264,10 @@ def test_check_config_reports_the_library_error():
     cfg = {"grid": [{"schemas": ["synthetic:n=4,d=3"], "workloads": ["prefix:4"], "methods": ["rp"]}]}
     with pytest.raises(InputError, match="K = 4 must be between 1"):
         config.check_config(cfg)
-    cfg = {"schemas": {"s": {"spec": "cps", "data": {"csv": "no/such.csv"}}}, "grid": [{"schemas": ["s"], "workloads": ["prefix:1"], "methods": ["rp"]}]}
+    cfg = {
+        "schemas": {"s": {"spec": "cps", "data": {"csv": "no/such.csv"}}},
+        "grid": [{"schemas": ["s"], "workloads": ["prefix:1"], "methods": ["rp"]}],
+    }
     with pytest.raises(InputError, match="no/such.csv"):
         config.check_config(cfg)
     cfg["schemas"]["s"]["data"]["synthetic"] = {"records": 10, "seed": 0}
@@ -200,7 +279,9 @@ def test_synthetic_records_are_seeded_and_in_the_domain():
 
     s = parse_schema("adult")
     a, b = datasets.synthetic_records(s, 2000, 3), datasets.synthetic_records(s, 2000, 3)
-    assert np.array_equal(a.codes, b.codes) and not np.array_equal(a.codes, datasets.synthetic_records(s, 2000, 4).codes)
+    assert np.array_equal(a.codes, b.codes) and not np.array_equal(
+        a.codes, datasets.synthetic_records(s, 2000, 4).codes
+    )
     assert (a.codes >= 0).all() and (a.codes < np.array(s.sizes)).all()
 
 
@@ -260,11 +341,24 @@ def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tm
     opts = {"lowrank": "always"}
     steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs", options=opts)
     man = json.loads((tmp_path / "m.json").read_text())
-    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs", options=opts)
+    steps.solve_subproblem_files(
+        [layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs", options=opts
+    )
     sols, _ = cache.read_solutions([tmp_path / "s.h5"])
     assert any(s.query_factor is not None for s in sols.values())
-    steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
-    save_plan(make_plan("synthetic:n=6,d=3", "prefix:1+affine:2", "qs", Budget.from_beta(1.0), solver_options=opts), tmp_path / "ref.h5")
+    steps.allocate_to_files(
+        wpath,
+        tmp_path / "d.json",
+        [tmp_path / "s.h5"],
+        tmp_path / "plan.h5",
+        tmp_path / "plan.json",
+        method="qs",
+        budget=1.0,
+    )
+    save_plan(
+        make_plan("synthetic:n=6,d=3", "prefix:1+affine:2", "qs", Budget.from_beta(1.0), solver_options=opts),
+        tmp_path / "ref.h5",
+    )
     ours, ref = plan_file_content(tmp_path / "plan.h5"), plan_file_content(tmp_path / "ref.h5")
     assert any(k.endswith("@storage") for k in ref)
     assert sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k)) == []
@@ -276,15 +370,28 @@ def test_step_functions_write_the_library_plan_file_for_compact_lowrank_views(tm
 BAD_CONFIGS = [
     ({"solve": {"bath_size": 3}}, "config key 'solve.bath_size': unknown key"),
     ({"relase": False}, "config key 'relase': unknown key"),
-    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]}, "config grid method 'rpp': unknown method"),
+    (
+        {"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rpp"]}]},
+        "config grid method 'rpp': unknown method",
+    ),
     ({"grid": [{"schemas": ["tiny"], "workloads": ["prefx:1"], "methods": ["rp"]}]}, "unknown family 'prefx'"),
-    ({"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rp"], "budgets": ["rh=1"]}]}, "config key 'grid.0.budgets.0'"),
-    ({"schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"csv": "missing.csv"}}}}, "config data csv 'missing.csv': does not exist"),
+    (
+        {"grid": [{"schemas": ["tiny"], "workloads": ["prefix:1"], "methods": ["rp"], "budgets": ["rh=1"]}]},
+        "config key 'grid.0.budgets.0'",
+    ),
+    (
+        {"schemas": {"tiny": {"spec": "synthetic:n=4,d=3", "data": {"csv": "missing.csv"}}}},
+        "config data csv 'missing.csv': does not exist",
+    ),
 ]
 
 
 @needs_snakemake
-@pytest.mark.parametrize("change, message", BAD_CONFIGS, ids=[m.split(":")[0].replace(" ", "-")[:30] + str(i) for i, (_, m) in enumerate(BAD_CONFIGS)])
+@pytest.mark.parametrize(
+    "change, message",
+    BAD_CONFIGS,
+    ids=[m.split(":")[0].replace(" ", "-")[:30] + str(i) for i, (_, m) in enumerate(BAD_CONFIGS)],
+)
 def test_bad_config_fails_before_any_job(tmp_path, change, message):
     cfg = {**TINY, **change}
     proc = snakemake(tmp_path, config=cfg, check=False)
@@ -300,8 +407,21 @@ def test_default_configs_parse_and_plan_their_grids(tmp_path):
     shutil.copy(REPO / "config" / "config.yaml", tmp_path / "config.yaml")
     proc = snakemake(tmp_path, "-n")
     assert jobs_run(proc)["decompose"] == 6 and "workload" not in jobs_run(proc)  # decompose writes the workload file
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "-n", "--cores", "2",
-           "--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "paper-table4.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(tmp_path),
+        "-n",
+        "--cores",
+        "2",
+        "--configfile",
+        str(REPO / "config" / "config.yaml"),
+        str(REPO / "config" / "paper-table4.yaml"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = jobs_run(proc)
@@ -337,12 +457,16 @@ def test_tiny_grid_runs_end_to_end(tiny_run):
         name = f"tiny__prefix-1_abs-2__{method}__beta1__seed0"
         m = json.loads((wd / "results" / name / "metrics.json").read_text())
         # the plan assembled from shared files is the plan of the one-process pipeline
-        assert m["predicted_rmse"] == pytest.approx(make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", method, Budget.from_beta(1.0)).rmse, rel=1e-9)
+        assert m["predicted_rmse"] == pytest.approx(
+            make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", method, Budget.from_beta(1.0)).rmse, rel=1e-9
+        )
         assert m["empirical_rmse"] > 0 and m["predicted_rmse"] > 0 and m["records"] == 300
         assert set(m["phases"]) >= {"decompose", "solve", "allocate", "measure", "reconstruct"}
         assert m["peak_memory_mb"] > 0 and m["privacy"]["rho"] == 0.5
         p = json.loads((wd / "results" / name / "plan.json").read_text())
-        assert p["predicted_rmse"] == pytest.approx(m["predicted_rmse"]) and {"beta", "rho", "mu", "epsilon"} <= set(p["privacy"])
+        assert p["predicted_rmse"] == pytest.approx(m["predicted_rmse"]) and {"beta", "rho", "mu", "epsilon"} <= set(
+            p["privacy"]
+        )
     table = (wd / "results" / "tables" / "rmse.csv").read_text()
     assert "predicted_rmse_rp" in table and "empirical_rmse_wff" in table and "predicted_rmse_rpplus" in table
     for fig in ("rmse.png", "time_vs_views.png", "memory_vs_views.png"):
@@ -384,7 +508,18 @@ def test_qsplus_runs_through_the_workflow(tmp_path):
     """qsplus, a whole-workload planner (it plans in allocate: no solve job), is measured,
     reconstructed and evaluated like every method; its predicted RMSE is the library's plan's
     (to its certified gap) and below qs's."""
-    cfg = {"schemas": TINY["schemas"], "grid": [{"schemas": ["tiny"], "workloads": ["prefix:1+abs:2"], "methods": ["qsplus"], "budgets": [1.0], "seeds": [0]}]}
+    cfg = {
+        "schemas": TINY["schemas"],
+        "grid": [
+            {
+                "schemas": ["tiny"],
+                "workloads": ["prefix:1+abs:2"],
+                "methods": ["qsplus"],
+                "budgets": [1.0],
+                "seeds": [0],
+            }
+        ],
+    }
     jobs = jobs_run(snakemake(tmp_path, config=cfg))
     assert "solve" not in jobs and "solve_batch" not in jobs
     for rule in ("decompose", "allocate", "measure", "reconstruct", "evaluate"):
@@ -441,13 +576,25 @@ def test_changing_one_value_reruns_only_what_it_affects(tiny_run, tmp_path):
 
     cfg = json.loads(json.dumps(TINY))
     cfg["schemas"]["tiny"]["data"]["synthetic"]["seed"] = 2  # other records: release and evaluation only
-    assert changed(cfg) == {k: v for k, v in {"measure": 3, "reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items() if k not in baseline or k in ("aggregate", "all")}
+    assert changed(cfg) == {
+        k: v
+        for k, v in {"measure": 3, "reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items()
+        if k not in baseline or k in ("aggregate", "all")
+    }
     cfg = json.loads(json.dumps(TINY))
     cfg["reconstruct"] = {"csv": True}  # an extra output of reconstruct
-    assert changed(cfg) == {k: v for k, v in {"reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items() if k not in baseline or k in ("aggregate", "all")}
+    assert changed(cfg) == {
+        k: v
+        for k, v in {"reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items()
+        if k not in baseline or k in ("aggregate", "all")
+    }
     cfg = json.loads(json.dumps(TINY))
     cfg["grid"][0]["budgets"] = ["rho=0.25"]  # another budget: allocation and later stages only
-    assert changed(cfg) == {k: v for k, v in {"allocate": 3, "measure": 3, "reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items() if k not in baseline or k in ("aggregate", "all")}
+    assert changed(cfg) == {
+        k: v
+        for k, v in {"allocate": 3, "measure": 3, "reconstruct": 3, "evaluate": 3, "aggregate": 1, "all": 1}.items()
+        if k not in baseline or k in ("aggregate", "all")
+    }
     cfg = json.loads(json.dumps(TINY))
     cfg["grid"][0]["methods"] = ["rp"]  # fewer experiments: nothing to recompute but the aggregate
     assert changed(cfg) == {"aggregate": 1, "all": 1}
@@ -457,8 +604,24 @@ def test_changing_one_value_reruns_only_what_it_affects(tiny_run, tmp_path):
 def test_report(tiny_run, tmp_path):
     wd, _ = tiny_run
     out = tmp_path / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(wd), "--configfile", str(wd / "config.yaml"), "--report", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(SNAKEFILE),
+            "-d",
+            str(wd),
+            "--configfile",
+            str(wd / "config.yaml"),
+            "--report",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.stat().st_size > 10_000
 
@@ -473,7 +636,19 @@ def test_a_killed_run_resumes_without_redoing_finished_solves(tmp_path):
         "solve": {"batch_max_cells": 0, "batch_max_seconds": 0.0},  # 10 single solve jobs
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml"), "--cores", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "config.yaml"),
+        "--cores",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     solves = tmp_path / "results" / "solves" / "wff"
     deadline = time.time() + 120
@@ -517,7 +692,9 @@ def test_random_views_stream_from_recipes_to_a_plan_file_equal_to_the_library_on
     for s in tops:
         with h5py.File(layout.subproblem_path(s["key"]), "r") as f:
             assert len(f["matrices"]) == 0 and s["key"] not in f["matrices"]
-    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    steps.solve_subproblem_files(
+        [layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs"
+    )
 
     stored = cache.StoredSolutions([tmp_path / "s.h5"], keep=2)
     assert set(stored) == {s["key"] for s in man["subproblems"]} and not stored._held
@@ -531,7 +708,15 @@ def test_random_views_stream_from_recipes_to_a_plan_file_equal_to_the_library_on
     with pytest.raises(KeyError):
         stored.restricted(["0" * 20])
 
-    steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", budget=1.0)
+    steps.allocate_to_files(
+        wpath,
+        tmp_path / "d.json",
+        [tmp_path / "s.h5"],
+        tmp_path / "plan.h5",
+        tmp_path / "plan.json",
+        method="qs",
+        budget=1.0,
+    )
     save_plan(make_plan("synthetic:n=20,d=4", "random:1,2", "qs", Budget.from_beta(1.0)), tmp_path / "ref.h5")
     ours, ref = plan_file_content(tmp_path / "plan.h5"), plan_file_content(tmp_path / "ref.h5")
     differ = sorted(k for k in set(ours) | set(ref) if ours.get(k) != ref.get(k))
@@ -553,7 +738,9 @@ def _random_row_solved(tmp_path):
     steps.write_workload_file(wpath, "synthetic:n=6,d=3", "random:1,2")
     steps.decompose_to_files(wpath, tmp_path / "d.json", tmp_path / "m.json", method="qs")
     man = json.loads((tmp_path / "m.json").read_text())
-    steps.solve_subproblem_files([layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs")
+    steps.solve_subproblem_files(
+        [layout.subproblem_path(s["key"]) for s in man["subproblems"]], tmp_path / "s.h5", method="qs"
+    )
     return wpath
 
 
@@ -571,10 +758,14 @@ def test_plan_only_summary_file_evaluates_like_the_plan_and_refuses_to_measure(t
     out = {}
     for mech in (True, False):
         plan, js = tmp_path / f"plan-{mech}.h5", tmp_path / f"plan-{mech}.json"
-        steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], plan, js, method="qs", budget=1.0, mechanisms=mech)
+        steps.allocate_to_files(
+            wpath, tmp_path / "d.json", [tmp_path / "s.h5"], plan, js, method="qs", budget=1.0, mechanisms=mech
+        )
         out[mech] = (json.loads(js.read_text()), evaluate(plan, tmp_path / f"metrics-{mech}.json"))
     assert out[True][0]["predicted_rmse"] == out[False][0]["predicted_rmse"]
-    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {k: v for k, v in out[False][1].items() if k != "phases"}
+    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {
+        k: v for k, v in out[False][1].items() if k != "phases"
+    }
     with h5py.File(tmp_path / "plan-False.h5") as f:
         assert f.attrs["kind"] == "plan-summary" and "solutions" not in f
     data = tmp_path / "d.csv"
@@ -597,10 +788,26 @@ def test_plan_only_summary_without_the_max_variance_report(tmp_path, monkeypatch
         if not report:
             monkeypatch.setattr(maxvar, "max_variance_of", lambda plan: pytest.fail("the report ran"))
         plan, js = tmp_path / f"plan-{report}.h5", tmp_path / f"plan-{report}.json"
-        steps.allocate_to_files(wpath, tmp_path / "d.json", [tmp_path / "s.h5"], plan, js, method="qs", budget=1.0, mechanisms=False,
-                                max_variance=report)
+        steps.allocate_to_files(
+            wpath,
+            tmp_path / "d.json",
+            [tmp_path / "s.h5"],
+            plan,
+            js,
+            method="qs",
+            budget=1.0,
+            mechanisms=False,
+            max_variance=report,
+        )
         out[report] = (json.loads(js.read_text()), evaluate(plan, tmp_path / f"metrics-{report}.json"))
-    assert "max_variance" in out[True][0] and "max_variance" not in out[False][0] and "max_variance_query" not in out[False][0]
-    assert {k: v for k, v in out[True][0].items() if not k.startswith(("max_variance", "seconds", "phase_seconds"))} == {
-        k: v for k, v in out[False][0].items() if not k.startswith(("seconds", "phase_seconds"))}
-    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {k: v for k, v in out[False][1].items() if k != "phases"}
+    assert (
+        "max_variance" in out[True][0]
+        and "max_variance" not in out[False][0]
+        and "max_variance_query" not in out[False][0]
+    )
+    assert {
+        k: v for k, v in out[True][0].items() if not k.startswith(("max_variance", "seconds", "phase_seconds"))
+    } == {k: v for k, v in out[False][0].items() if not k.startswith(("seconds", "phase_seconds"))}
+    assert {k: v for k, v in out[True][1].items() if k != "phases"} == {
+        k: v for k, v in out[False][1].items() if k != "phases"
+    }

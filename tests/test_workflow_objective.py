@@ -4,12 +4,12 @@ import json
 
 import pytest
 
+from querysmasher.accounting import Budget
 from querysmasher.errors import InputError
 from querysmasher.pipeline.config import check_config, expand_grid
 from querysmasher.pipeline.steps import allocate_to_files, write_workload_file
-from querysmasher.planning import make_plan
 from querysmasher.planfile import load_plan
-from querysmasher.accounting import Budget
+from querysmasher.planning import make_plan
 
 
 def _grid(objective=None, methods=("qs",)):
@@ -34,10 +34,21 @@ def test_max_objective_is_refused_for_methods_without_it():
 
 def test_allocate_step_writes_the_max_plan(tmp_path):
     write_workload_file(tmp_path / "w.h5", "synthetic:n=4,d=3", "prefix:1+abs:2")
-    s = allocate_to_files(tmp_path / "w.h5", None, [], tmp_path / "plan.h5", tmp_path / "plan.json", method="qs", objective="max",
-                          budget="rho=0.5", experiment={"experiment": "x"})
+    s = allocate_to_files(
+        tmp_path / "w.h5",
+        None,
+        [],
+        tmp_path / "plan.h5",
+        tmp_path / "plan.json",
+        method="qs",
+        objective="max",
+        budget="rho=0.5",
+        experiment={"experiment": "x"},
+    )
     plan = load_plan(tmp_path / "plan.h5")
-    assert plan.objective == "max" and json.loads((tmp_path / "plan.json").read_text())["max_variance"] == pytest.approx(s["max_variance"])
+    assert plan.objective == "max" and json.loads((tmp_path / "plan.json").read_text())[
+        "max_variance"
+    ] == pytest.approx(s["max_variance"])
     direct = make_plan("synthetic:n=4,d=3", "prefix:1+abs:2", "qs", Budget.from_rho(0.5), objective="max")
     assert plan.max_variance[0] == pytest.approx(direct.max_variance[0], rel=1e-9)
 
@@ -45,10 +56,22 @@ def test_allocate_step_writes_the_max_plan(tmp_path):
 def test_budgets_seeds_and_objectives_of_one_problem_share_its_folder():
     """The workload and decompose jobs belong to (schema, workload, method): a new budget, seed or
     objective re-runs allocation onwards only; two workloads that slug alike are refused."""
-    g = {"schemas": ["synthetic:n=4,d=3"], "workloads": ["prefix:1+abs:2"], "methods": ["qs", "rp"], "budgets": [1.0, "rho=0.25"], "seeds": [0, 1]}
+    g = {
+        "schemas": ["synthetic:n=4,d=3"],
+        "workloads": ["prefix:1+abs:2"],
+        "methods": ["qs", "rp"],
+        "budgets": [1.0, "rho=0.25"],
+        "seeds": [0, 1],
+    }
     grid = expand_grid({"grid": [g, {**g, "objective": "max", "methods": ["qs"]}], "release": False})
-    assert len(grid) == 12 and {e.problem for e in grid.values()} == {"synthetic-n4-d3__prefix-1_abs-2__qs", "synthetic-n4-d3__prefix-1_abs-2__rp"}
-    clash = {"grid": [{**g, "budgets": [1.0]}, {**g, "workloads": ["prefix:1 + abs:2"], "budgets": [0.5]}], "release": False}
+    assert len(grid) == 12 and {e.problem for e in grid.values()} == {
+        "synthetic-n4-d3__prefix-1_abs-2__qs",
+        "synthetic-n4-d3__prefix-1_abs-2__rp",
+    }
+    clash = {
+        "grid": [{**g, "budgets": [1.0]}, {**g, "workloads": ["prefix:1 + abs:2"], "budgets": [0.5]}],
+        "release": False,
+    }
     with pytest.raises(InputError, match="two problems share this folder name"):
         expand_grid(clash)
 
@@ -60,7 +83,9 @@ def test_a_max_plan_with_factored_views_round_trips(tmp_path):
 
     from querysmasher.planfile import save_plan
 
-    plan = make_plan("synthetic:n=8,d=2", "abs:2", "qs", Budget.from_rho(0.5), objective="max", solver_options={"lowrank": "always"})
+    plan = make_plan(
+        "synthetic:n=8,d=2", "abs:2", "qs", Budget.from_rho(0.5), objective="max", solver_options={"lowrank": "always"}
+    )
     low = [s for s in plan.solutions.values() if s.mechanism.kind == "lowrank"]
     assert low and all(s.query_factor is None for s in plan.solutions.values())
     save_plan(plan, tmp_path / "max.h5")

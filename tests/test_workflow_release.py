@@ -20,7 +20,20 @@ pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snake
 def _run(wd: Path, config: dict, *args):
     (wd / "config.yaml").write_text(yaml.safe_dump(config))
     env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(wd), "--configfile", str(wd / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(wd),
+        "--configfile",
+        str(wd / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -29,10 +42,18 @@ def _config(wd: Path, **release_edits) -> dict:
     rng = np.random.default_rng(4)
     pd.DataFrame({"a": rng.integers(0, 5, n), "b": rng.integers(0, 3, n)}).to_csv(wd / "d.csv", index=False)
     (wd / "domain.yaml").write_text("a: 5\nb: {size: 3, kind: categorical}\n")
-    release = {"data": "d.csv", "domain": "domain.yaml", "tables": [{"marginal": ["a", "b"]}, {"prefix": ["a"]}], "budget": {"mu": 1.0}}
+    release = {
+        "data": "d.csv",
+        "domain": "domain.yaml",
+        "tables": [{"marginal": ["a", "b"]}, {"prefix": ["a"]}],
+        "budget": {"mu": 1.0},
+    }
     release.update(release_edits)
-    return {"grid": [{"schemas": ["cps"], "workloads": ["marginal:1"], "methods": ["rp"], "budgets": [1.0], "seeds": [0]}],
-            "release": False, "releases": {"r1": release}}, n
+    return {
+        "grid": [{"schemas": ["cps"], "workloads": ["marginal:1"], "methods": ["rp"], "budgets": [1.0], "seeds": [0]}],
+        "release": False,
+        "releases": {"r1": release},
+    }, n
 
 
 def test_release_mode_writes_the_release_and_nothing_derived_from_the_records(tmp_path):
@@ -78,12 +99,24 @@ def test_hostile_releases_stop_the_workflow_before_any_job_and_write_nothing(tmp
     name, budget, message = _HOSTILE_RELEASES[case]
     config, _ = _config(tmp_path)
     del config["releases"]
-    text = yaml.safe_dump(config) + (f"releases:\n  {name}:\n    data: d.csv\n    domain: domain.yaml\n"
-                                     "    tables: [{marginal: [a, b]}]\n" + budget)
+    text = yaml.safe_dump(config) + (
+        f"releases:\n  {name}:\n    data: d.csv\n    domain: domain.yaml\n    tables: [{{marginal: [a, b]}}]\n" + budget
+    )
     (tmp_path / "hostile.yaml").write_text(text)
     env = dict(os.environ, PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(tmp_path), "--configfile", str(tmp_path / "hostile.yaml"),
-           "--cores", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "hostile.yaml"),
+        "--cores",
+        "1",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert message in proc.stderr + proc.stdout

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from bruteforce import pair_matrix
+
 from querysmasher.decompose import view_query_matrix
 from querysmasher.errors import InputError
 from querysmasher.families import pair_count
@@ -123,7 +123,9 @@ def _write(tmp_path, text, name="w.yaml"):
 
 
 def test_workload_file_is_the_same_workload_as_its_spec(tmp_path):
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
 # Table-3 style: 1-way hybrid plus named pairs
 - family: hybrid
   k: 1
@@ -135,7 +137,8 @@ def test_workload_file_is_the_same_workload_as_its_spec(tmp_path):
 - family: random
   k: [1, 2]
   options: {seed: 3}
-""")
+""",
+    )
     w = parse_workload(path, CPS)
     spec = "hybrid:1+affine:(income,age)@2+hybrid:(income,marital),(age,race)+random[seed=3]:1,2"
     assert w.spec == spec and w.source == path
@@ -144,7 +147,10 @@ def test_workload_file_is_the_same_workload_as_its_spec(tmp_path):
 
 
 def test_workload_file_mapping_form_and_json(tmp_path):
-    y = _write(tmp_path, "description: two terms\nterms:\n  - {family: prefix, K: 1}\n  - {family: abs, attributes: [income, age]}\n")
+    y = _write(
+        tmp_path,
+        "description: two terms\nterms:\n  - {family: prefix, K: 1}\n  - {family: abs, attributes: [income, age]}\n",
+    )
     j = _write(tmp_path, '[{"family": "prefix", "k": 1}, {"family": "abs", "attributes": ["income", "age"]}]', "w.json")
     assert parse_workload(y, CPS).spec == parse_workload(j, CPS).spec == "prefix:1+abs:(income,age)"
 

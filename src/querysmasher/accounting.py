@@ -31,8 +31,21 @@ from dataclasses import dataclass
 from .errors import InputError
 
 __all__ = [
-    "Budget", "PureBudget", "make_budget", "parse_budget", "BUDGET_FORMS", "BUDGET_PATTERN", "DEFAULT_REPORT_DELTA",
-    "delta_for", "epsilon_for", "beta_for", "MIN_BETA", "MIN_DELTA", "check_delta", "NEIGHBOURS", "view_costs",
+    "Budget",
+    "PureBudget",
+    "make_budget",
+    "parse_budget",
+    "BUDGET_FORMS",
+    "BUDGET_PATTERN",
+    "DEFAULT_REPORT_DELTA",
+    "delta_for",
+    "epsilon_for",
+    "beta_for",
+    "MIN_BETA",
+    "MIN_DELTA",
+    "check_delta",
+    "NEIGHBOURS",
+    "view_costs",
 ]
 
 DEFAULT_REPORT_DELTA = 1e-6
@@ -187,6 +200,7 @@ def epsilon_for(beta: float, delta: float) -> float:
     >>> round(e, 5), delta_for(1.0, e) <= 1e-6
     (4.88655, True)
     """
+
     def holds(e: float) -> bool:
         return delta_for(beta, e) * (1 + DELTA_RTOL) <= delta
 
@@ -212,6 +226,7 @@ def beta_for(eps: float, delta: float) -> float:
     >>> b = beta_for(1e-3, 1e-6); delta_for(b, 1e-3) <= 1e-6
     True
     """
+
     def holds(b: float) -> bool:
         return delta_for(b, eps) * (1 + DELTA_RTOL) <= delta
 
@@ -223,7 +238,11 @@ def beta_for(eps: float, delta: float) -> float:
         hi, lo = 1.0, 0.5
         while not holds(lo):
             if lo < MIN_BETA:
-                raise InputError("(epsilon, delta)", (eps, delta), f"cannot be met: at epsilon {eps:g} even the smallest budget beta {MIN_BETA:g} has delta {delta_for(MIN_BETA, eps):.3g}; ask for a larger epsilon or delta")
+                raise InputError(
+                    "(epsilon, delta)",
+                    (eps, delta),
+                    f"cannot be met: at epsilon {eps:g} even the smallest budget beta {MIN_BETA:g} has delta {delta_for(MIN_BETA, eps):.3g}; ask for a larger epsilon or delta",
+                )
             hi, lo = lo, lo / 2
     beta = _bisect(holds, lo, hi)
     if not holds(beta):  # _bisect keeps the end where it holds; this only guards the invariant
@@ -250,12 +269,14 @@ class Budget:
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
             raise InputError("beta", self.beta, "must be a finite number > 0")
         if self.beta < MIN_BETA:
-            raise InputError("beta", self.beta, f"is below {MIN_BETA:g}: the noise would overflow and views would go unmeasured")
+            raise InputError(
+                "beta", self.beta, f"is below {MIN_BETA:g}: the noise would overflow and views would go unmeasured"
+            )
         check_delta(self.delta)
         if self.neighbours not in NEIGHBOURS:
             raise InputError("neighbours", self.neighbours, f"must be one of {', '.join(NEIGHBOURS)}")
 
-    def with_neighbours(self, neighbours: str) -> "Budget":
+    def with_neighbours(self, neighbours: str) -> Budget:
         """The same budget under another neighbouring relation."""
         return Budget(self.beta, self.source, self.delta, neighbours)
 
@@ -272,23 +293,23 @@ class Budget:
         return epsilon_for(self.beta, self.delta)
 
     @classmethod
-    def from_beta(cls, beta: float, delta: float = DEFAULT_REPORT_DELTA) -> "Budget":
+    def from_beta(cls, beta: float, delta: float = DEFAULT_REPORT_DELTA) -> Budget:
         return cls(float(beta), "beta", delta)
 
     @classmethod
-    def from_rho(cls, rho: float, delta: float = DEFAULT_REPORT_DELTA) -> "Budget":
+    def from_rho(cls, rho: float, delta: float = DEFAULT_REPORT_DELTA) -> Budget:
         if not (math.isfinite(rho) and rho > 0):
             raise InputError("rho", rho, "must be a finite number > 0")
         return cls(2.0 * rho, "rho", delta)
 
     @classmethod
-    def from_mu(cls, mu: float, delta: float = DEFAULT_REPORT_DELTA) -> "Budget":
+    def from_mu(cls, mu: float, delta: float = DEFAULT_REPORT_DELTA) -> Budget:
         if not (math.isfinite(mu) and mu > 0):
             raise InputError("mu", mu, "must be a finite number > 0")
         return cls(mu * mu, "mu", delta)
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon: float, delta: float) -> "Budget":
+    def from_epsilon_delta(cls, epsilon: float, delta: float) -> Budget:
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise InputError("epsilon", epsilon, "must be a finite number > 0")
         return cls(beta_for(epsilon, check_delta(delta)), "epsilon-delta", delta)
@@ -322,14 +343,29 @@ class PureBudget:
             raise InputError("epsilon", self.epsilon, "must be a finite number > 0")
 
     def to_dict(self) -> dict:
-        return {"epsilon": self.epsilon, "delta": 0.0, "source": "epsilon", "noise": "laplace", "privacy": "pure epsilon-DP"}
+        return {
+            "epsilon": self.epsilon,
+            "delta": 0.0,
+            "source": "epsilon",
+            "noise": "laplace",
+            "privacy": "pure epsilon-DP",
+        }
 
 
 BUDGET_FORMS: tuple[str, ...] = ("beta", "rho", "mu", "epsilon")
 
 
-def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neighbours: str = "add-remove", noise: str = "gaussian",
-                prefix: str = "") -> Budget | PureBudget:
+def make_budget(
+    *,
+    beta=None,
+    rho=None,
+    mu=None,
+    epsilon=None,
+    delta=None,
+    neighbours: str = "add-remove",
+    noise: str = "gaussian",
+    prefix: str = "",
+) -> Budget | PureBudget:
     """The one rule every face applies to a budget: exactly one of beta, rho (zCDP), mu (GDP) or
     epsilon (which needs delta); none means beta = 1; with the other forms, delta is the delta at which
     epsilon is reported (default :data:`DEFAULT_REPORT_DELTA`). ``prefix`` is how the face names the
@@ -352,16 +388,26 @@ def make_budget(*, beta=None, rho=None, mu=None, epsilon=None, delta=None, neigh
     if noise == "laplace":  # pure epsilon-DP: epsilon alone
         others = [prefix + k for k in (*given, *(["delta"] if delta is not None else [])) if k != "epsilon"]
         if others:
-            raise InputError(f"{prefix}noise laplace", " ".join(others), f"takes only {prefix}epsilon (pure epsilon-DP, delta = 0)")
+            raise InputError(
+                f"{prefix}noise laplace", " ".join(others), f"takes only {prefix}epsilon (pure epsilon-DP, delta = 0)"
+            )
         if epsilon is None:
             raise InputError(f"{prefix}noise laplace", "", f"needs {prefix}epsilon")
         if neighbours != "add-remove":
-            raise InputError(prefix + "neighbours", neighbours, "pure epsilon-DP (Laplace) plans are accounted for add-remove neighbours only")
+            raise InputError(
+                prefix + "neighbours",
+                neighbours,
+                "pure epsilon-DP (Laplace) plans are accounted for add-remove neighbours only",
+            )
         return PureBudget(epsilon)
     if noise != "gaussian":
         raise InputError(prefix + "noise", noise, "must be gaussian or laplace")
     if len(given) > 1:
-        raise InputError("budget", "/".join(prefix + k for k in given), "give exactly one of " + ", ".join(prefix + k for k in BUDGET_FORMS))
+        raise InputError(
+            "budget",
+            "/".join(prefix + k for k in given),
+            "give exactly one of " + ", ".join(prefix + k for k in BUDGET_FORMS),
+        )
     if epsilon is not None:
         if delta is None:
             raise InputError(prefix + "epsilon", epsilon, f"needs {prefix}delta")

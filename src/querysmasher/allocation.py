@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from .errors import InputError
 
 __all__ = ["Allocation", "allocate", "rmse", "relative_gap", "is_certified", "PredictedError", "BUDGET_MARGIN"]
@@ -73,7 +74,11 @@ def allocate(losses, beta: float, costs=None) -> Allocation:
         # a view left unmeasured would be reconstructed as 0 with variance 0: refuse instead
 
         bad = int(np.sum(~(np.isfinite(sigma2[measured]) & (sigma2[measured] > 0))))
-        raise InputError("budget beta", beta, f"cannot be allocated: the noise scale of {bad} view(s) is not a finite positive number (the budget is too small or too large for their losses)")
+        raise InputError(
+            "budget beta",
+            beta,
+            f"cannot be allocated: the noise scale of {bad} view(s) is not a finite positive number (the budget is too small or too large for their losses)",
+        )
     return Allocation(sigma2, float(np.sum(sigma2[measured] * losses[measured])), beta, costs)
 
 

@@ -40,24 +40,30 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
+from . import data as record_data  # its functions looked up when called (tests check that none reads records)
+from .accounting import make_budget
 from .errors import InputError
 from .measurement import Measurements
-from .plankinds import kind_of, PLAN_KINDS
-from .threads import limited
-import numpy as np
-from .accounting import make_budget
-from .planning import make_plan as plan_workload
-from . import data as record_data  # its functions looked up when called (tests check that none reads records)
 from .noise import make_noise
+from .plankinds import PLAN_KINDS, kind_of
+from .planning import make_plan as plan_workload
+from .threads import limited
 
-__all__ = ["make_plan", "measure", "reconstruct", "Measurable", "Release", "Answers",
-           "save", "load", "budget"]
+__all__ = ["make_plan", "measure", "reconstruct", "Measurable", "Release", "Answers", "save", "load", "budget"]
 
 log = logging.getLogger(__name__)
 
 
-def budget(*, beta: float | None = None, rho: float | None = None, mu: float | None = None,
-           epsilon: float | None = None, delta: float | None = None):
+def budget(
+    *,
+    beta: float | None = None,
+    rho: float | None = None,
+    mu: float | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+):
     """A :class:`~querysmasher.accounting.Budget` from one of beta, rho (zCDP), mu (GDP) or epsilon
     (with delta); delta alone sets the delta at which epsilon is reported. Default beta = 1.
 
@@ -74,8 +80,9 @@ class Measurable:
 
     _record: type  # the record class it derives from
 
-    def measure(self, data, *, seed: int | None = None, sampler: str | None = None, domain=None,
-                on_invalid: str = "error") -> Release:
+    def measure(
+        self, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error"
+    ) -> Release:
         """The release: this plan's mechanisms run on records (see :func:`measure`)."""
         return measure(self, data, seed=seed, sampler=sampler, domain=domain, on_invalid=on_invalid)
 
@@ -96,8 +103,11 @@ def _measurable(plan):
     record = type(plan)
     cls = _MEASURABLE.get(record)
     if cls is None:
-        cls = _MEASURABLE[record] = type(f"Measurable{record.__name__}", (Measurable, record),
-                                         {"__module__": __name__, "__doc__": record.__doc__, "_record": record})
+        cls = _MEASURABLE[record] = type(
+            f"Measurable{record.__name__}",
+            (Measurable, record),
+            {"__module__": __name__, "__doc__": record.__doc__, "_record": record},
+        )
     plan.__class__ = cls
     return plan
 
@@ -131,7 +141,14 @@ class Release(Measurements):
         if self.plan is None:
             raise InputError("measurements", "plan", "are not attached to a plan")
         digest = self.plan_sha256 or _plan_sha256(self.plan)
-        save_measurements(path, self.plan, zip((int(i) for i in self.index), self.y), seeded=self.seeded, plan_sha256=digest, sampler=self.sampler)
+        save_measurements(
+            path,
+            self.plan,
+            zip((int(i) for i in self.index), self.y),
+            seeded=self.seeded,
+            plan_sha256=digest,
+            sampler=self.sampler,
+        )
 
 
 def _measured_form(plan):
@@ -147,11 +164,25 @@ def _measured_form(plan):
     return form
 
 
-def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float | None = None,
-              rho: float | None = None, mu: float | None = None, epsilon: float | None = None,
-              delta: float | None = None, neighbours: str | None = None, noise: str = "gaussian",
-              objective: str = "sum", options: dict | None = None, solver_options: dict | None = None,
-              all_numeric: bool = False, threads: int = 1):
+def make_plan(
+    schema,
+    workload,
+    method: str = "qs",
+    budget=None,
+    *,
+    beta: float | None = None,
+    rho: float | None = None,
+    mu: float | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    neighbours: str | None = None,
+    noise: str = "gaussian",
+    objective: str = "sum",
+    options: dict | None = None,
+    solver_options: dict | None = None,
+    all_numeric: bool = False,
+    threads: int = 1,
+):
     """Optimise the mechanism of a workload: :func:`querysmasher.planning.make_plan` (every method
     of the method table, every objective, budget as a Budget or as one keyword). Returns the
     planner's plan record with ``.measure`` (:class:`Measurable`), whatever its kind, holding its
@@ -160,9 +191,23 @@ def make_plan(schema, workload, method: str = "qs", budget=None, *, beta: float 
     :mod:`querysmasher.threads`), for this call only.
     """
     with limited(threads):
-        plan = plan_workload(schema, workload, method, budget, beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta,
-                             neighbours=neighbours, noise=noise, objective=objective, options=options,
-                             solver_options=solver_options, all_numeric=all_numeric)
+        plan = plan_workload(
+            schema,
+            workload,
+            method,
+            budget,
+            beta=beta,
+            rho=rho,
+            mu=mu,
+            epsilon=epsilon,
+            delta=delta,
+            neighbours=neighbours,
+            noise=noise,
+            objective=objective,
+            options=options,
+            solver_options=solver_options,
+            all_numeric=all_numeric,
+        )
         kind = kind_of(plan)
         return _measurable(kind.op("file_form")(plan) if kind.file_form else plan)
 
@@ -177,8 +222,16 @@ def _records(plan, data, *, domain=None, on_invalid: str = "error"):
     return record_data.validate_records(data, plan.schema, on_invalid=on_invalid)
 
 
-def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, domain=None, on_invalid: str = "error",
-            threads: int = 1) -> Release:
+def measure(
+    plan,
+    data,
+    *,
+    seed: int | None = None,
+    sampler: str | None = None,
+    domain=None,
+    on_invalid: str = "error",
+    threads: int = 1,
+) -> Release:
     """Run the mechanisms of a plan of any kind on records (a pandas DataFrame with one integer-code
     column per attribute, a CSV/Parquet path, or :class:`~querysmasher.data.Records`): the release.
 
@@ -187,7 +240,8 @@ def measure(plan, data, *, seed: int | None = None, sampler: str | None = None, 
     entropy; ``seed`` switches to numpy's seeded generator for experiments only (the release is then
     marked as seeded); see :func:`querysmasher.noise.make_noise`. ``threads``: for numerical work
     (default 1)."""
-    from .measure import check_plan, measure as measure_records  # loads h5py only where it is used
+    from .measure import check_plan  # loads h5py only where it is used
+    from .measure import measure as measure_records
 
     plan = _measured_form(plan)
     check_plan(plan)  # privacy cost, noise scales, estimability: before the records are read
@@ -214,7 +268,8 @@ class Answers:
     """
 
     def __init__(self, plan, measurements, *, threads: int = 1):
-        from .reconstruct import reconstruct as estimates, variances_of  # loads h5py, numpy only where it is used
+        from .reconstruct import reconstruct as estimates  # loads h5py, numpy only where it is used
+        from .reconstruct import variances_of
 
         self.plan = plan
         self.measurements = measurements
@@ -235,12 +290,12 @@ class Answers:
         for a in attrs:
             if isinstance(a, str):
                 if a not in names:
-                    raise InputError("attribute", a, f"is not in schema {self.plan.schema.name!r} "
-                                                     f"({', '.join(names)})")
+                    raise InputError("attribute", a, f"is not in schema {self.plan.schema.name!r} ({', '.join(names)})")
                 out.append(names.index(a))
             elif not 0 <= int(a) < len(names):
-                raise InputError("attribute", a, f"is not an index of schema {self.plan.schema.name!r} "
-                                                 f"(0..{len(names) - 1})")
+                raise InputError(
+                    "attribute", a, f"is not an index of schema {self.plan.schema.name!r} (0..{len(names) - 1})"
+                )
             else:
                 out.append(int(a))
         return tuple(sorted(set(out)))
@@ -290,7 +345,9 @@ class Answers:
             if v.attrs == idx and v.factors == ("marginal",) * len(idx):
                 return self.reconstruction.view_answers(v), self.variances.view(v)
         names = ",".join(self.plan.schema.names[a] for a in idx) or "(total)"
-        raise InputError("table", names, f"is not given by this release: {why}; view(i) gives every workload view's answers")
+        raise InputError(
+            "table", names, f"is not given by this release: {why}; view(i) gives every workload view's answers"
+        )
 
 
 def reconstruct(measurements: Release | Measurements, plan=None, *, threads: int = 1) -> Answers:

@@ -25,9 +25,19 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
 from .errors import InputError
 
-__all__ = ["atomic_path", "atomic_folder", "terminate_as_exit", "write_text", "write_json", "clean_stale_temp_files", "check_output", "FOLDER_TMP_SUFFIX"]
+__all__ = [
+    "atomic_path",
+    "atomic_folder",
+    "terminate_as_exit",
+    "write_text",
+    "write_json",
+    "clean_stale_temp_files",
+    "check_output",
+    "FOLDER_TMP_SUFFIX",
+]
 
 
 def _is_same_file(a: Path, b: Path) -> bool:
@@ -72,11 +82,17 @@ def check_output(path: str | os.PathLike, field: str = "--out", *, inputs=(), fo
         if folder and q.suffix.lower() in (".csv", ".json"):
             inside = os.path.realpath(q)
             if os.path.commonpath([os.path.realpath(p), inside]) == os.path.realpath(p):
-                raise InputError(field, str(p), f"holds the input {str(q)!r}, which a table could overwrite: choose another folder")
+                raise InputError(
+                    field, str(p), f"holds the input {str(q)!r}, which a table could overwrite: choose another folder"
+                )
     if p.is_symlink():
-        raise InputError(field, str(p), "is a symbolic link: give the path it points to (an output replaces what is at its path)")
+        raise InputError(
+            field, str(p), "is a symbolic link: give the path it points to (an output replaces what is at its path)"
+        )
     if p.exists() and not (p.is_file() or p.is_dir()):
-        raise InputError(field, str(p), "is not a regular file or folder (a device, FIFO or socket): outputs are written to files")
+        raise InputError(
+            field, str(p), "is not a regular file or folder (a device, FIFO or socket): outputs are written to files"
+        )
     if folder and p.exists() and not p.is_dir():
         raise InputError(field, str(p), "is a file, not a folder")
     if folder and p.is_dir() and any(p.iterdir()):
@@ -221,13 +237,19 @@ def atomic_folder(path: str | os.PathLike, field: str = "--out") -> Iterator[Pat
                     try:
                         path.rmdir()  # empty (checked above); fails if another writer filled it
                     except OSError:
-                        raise InputError(field, str(path), "was written by another writer meanwhile; this one is discarded") from None
+                        raise InputError(
+                            field, str(path), "was written by another writer meanwhile; this one is discarded"
+                        ) from None
                 try:
                     os.rename(tmp, path)  # never replaces a folder that holds anything
                 except OSError:
-                    raise InputError(field, str(path), "was written by another writer meanwhile; this one is discarded") from None
+                    raise InputError(
+                        field, str(path), "was written by another writer meanwhile; this one is discarded"
+                    ) from None
             except OSError as exc:
-                raise InputError(field, str(path), f"could not be completed ({exc.strerror or exc}); nothing was published") from None
+                raise InputError(
+                    field, str(path), f"could not be completed ({exc.strerror or exc}); nothing was published"
+                ) from None
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         finally:

@@ -29,6 +29,7 @@ on only when it is known to quote nothing of the file.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import InputError
-from .schema import check_encoding, Schema
-import logging
+from .schema import Schema, check_encoding
 
 if TYPE_CHECKING:  # pandas (with pyarrow) is half a second of import: only reading a table pays it
     import pandas as pd
@@ -71,7 +71,8 @@ def warn_dropped(records: Records) -> None:
     if records.dropped:
         logging.getLogger("querysmasher").warning(
             "invalid rows were dropped (how many is not logged: it is derived from the records); "
-            "the privacy guarantee holds for the cleaned data set")
+            "the privacy guarantee holds for the cleaned data set"
+        )
 
 
 def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, dict]:
@@ -87,7 +88,10 @@ def read_encodings(path: str | Path, schema: Schema | None = None) -> dict[str, 
     data = read_document(p, "--domain")
     if not isinstance(data, dict) or not data:
         raise InputError("--domain", str(p), "must hold a mapping {attribute: {categories: [...]} or {bins: [...]}}")
-    out = {str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {} for k, v in data.items()}
+    out = {
+        str(k): {kk: vv for kk, vv in v.items() if kk in ("categories", "bins")} if isinstance(v, dict) else {}
+        for k, v in data.items()
+    }
     if schema is not None:
         for name, enc in out.items():
             _check_encoding(name, enc, schema, str(p))
@@ -98,31 +102,45 @@ def _check_encoding(name: str, enc: dict, schema: Schema, path: str) -> None:
     """One attribute's encoding against the plan's schema: the checks of every domain file
     (:func:`querysmasher.schema.check_encoding`), then the size the plan has."""
     if name not in schema.names:
-        raise InputError(f"domain file {path}: attribute", name, f"is not in the plan's schema ({', '.join(schema.names)})")
+        raise InputError(
+            f"domain file {path}: attribute", name, f"is not in the plan's schema ({', '.join(schema.names)})"
+        )
     size = schema.attributes[schema.index(name)].size
     implied = check_encoding(name, enc, f"domain file {path}")
     if implied is not None and implied != size:
         what = "categories" if "categories" in enc else "bins"
-        need = f"exactly the plan's size {size}" if what == "categories" else f"size + 1 = {size + 1} edges for the plan's size {size}"
-        raise InputError(f"domain file {path}: {what} of {name!r}", implied if what == "categories" else implied + 1, f"there must be {need}")
+        need = (
+            f"exactly the plan's size {size}"
+            if what == "categories"
+            else f"size + 1 = {size + 1} edges for the plan's size {size}"
+        )
+        raise InputError(
+            f"domain file {path}: {what} of {name!r}",
+            implied if what == "categories" else implied + 1,
+            f"there must be {need}",
+        )
 
 
 # What a reader said that is worth passing on: library text with line numbers and counts. Any other
 # message is replaced by its class name, since some quote the file (gzip: "Not a gzipped file (b'37')").
-_SAFE_REASONS = re.compile("|".join((
-    r"Expected \d+ fields in line \d+, saw \d+",
-    r"EOF inside string starting at row \d+",
-    r"Not a gzipped file",
-    r"Compressed file ended before the end-of-stream marker was reached",
-    r"Error -?\d+ while decompressing data",
-    r"Invalid data stream",
-    r"Input format not supported by decoder",
-    r"Corrupt input data",
-    r"File is not a zip file",
-    r"(Multiple|Zero) files found in ZIP file",
-    r"Parquet magic bytes not found in footer",
-    r"Parquet file size is \d+ bytes, smaller than the minimum file footer \(\d+ bytes\)",
-)))
+_SAFE_REASONS = re.compile(
+    "|".join(
+        (
+            r"Expected \d+ fields in line \d+, saw \d+",
+            r"EOF inside string starting at row \d+",
+            r"Not a gzipped file",
+            r"Compressed file ended before the end-of-stream marker was reached",
+            r"Error -?\d+ while decompressing data",
+            r"Invalid data stream",
+            r"Input format not supported by decoder",
+            r"Corrupt input data",
+            r"File is not a zip file",
+            r"(Multiple|Zero) files found in ZIP file",
+            r"Parquet magic bytes not found in footer",
+            r"Parquet file size is \d+ bytes, smaller than the minimum file footer \(\d+ bytes\)",
+        )
+    )
+)
 
 
 def _read_table(path: str | Path) -> pd.DataFrame:
@@ -197,8 +215,11 @@ def _check_header(columns: pd.Index, schema: Schema) -> None:
         numbers = sum(bool(_NUMBER.fullmatch(n.strip())) for n in names)
         if numbers or len(names) == len(schema.names):
             looks = f"{numbers} of its {len(names)} cells are numbers" if numbers else "it has one cell per attribute"
-            raise InputError(*where, f"is not a header: no cell names a schema attribute ({_listed(schema.names)}) "
-                                     f"and {looks}: is the header line missing, or are the columns named otherwise?")
+            raise InputError(
+                *where,
+                f"is not a header: no cell names a schema attribute ({_listed(schema.names)}) "
+                f"and {looks}: is the header line missing, or are the columns named otherwise?",
+            )
     first: dict[str, int] = {}
     for i, name in enumerate(names, 1):
         if name in first:  # pandas would rename the second one: which one holds the data?
@@ -232,7 +253,9 @@ def _encode(col: pd.Series, name: str, size: int, enc: dict) -> tuple[np.ndarray
         problems.append((missing, "are empty or NaN"))
     if "categories" in enc:
         lookup = {str(c): i for i, c in enumerate(enc["categories"])}
-        codes = np.array([lookup.get(str(v), -1) if not m else -1 for v, m in zip(col.tolist(), missing)], dtype=np.int64)
+        codes = np.array(
+            [lookup.get(str(v), -1) if not m else -1 for v, m in zip(col.tolist(), missing)], dtype=np.int64
+        )
         unknown = (codes < 0) & ~missing
         if unknown.any():
             problems.append((unknown, f"hold a value not in the category list of {name!r}"))
@@ -263,7 +286,9 @@ def _encode(col: pd.Series, name: str, size: int, enc: dict) -> tuple[np.ndarray
     return codes, problems
 
 
-def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str, dict] | None = None, on_invalid: str = "error") -> Records:
+def validate_records(
+    frame: pd.DataFrame, schema: Schema, *, encodings: dict[str, dict] | None = None, on_invalid: str = "error"
+) -> Records:
     """Check and encode a table against the schema (see the module docstring)."""
     if on_invalid not in ("error", "drop"):
         raise InputError("--on-invalid", on_invalid, "must be 'error' or 'drop'")
@@ -282,7 +307,9 @@ def validate_records(frame: pd.DataFrame, schema: Schema, *, encodings: dict[str
     return Records(np.asfortranarray(codes[~bad_rows]), schema, int(bad_rows.sum()))
 
 
-def load_records(path: str | Path, schema: Schema, *, domain_file: str | Path | None = None, on_invalid: str = "error") -> Records:
+def load_records(
+    path: str | Path, schema: Schema, *, domain_file: str | Path | None = None, on_invalid: str = "error"
+) -> Records:
     """Read and validate a CSV/Parquet file of records."""
     encodings = read_encodings(domain_file, schema) if domain_file else None
     return validate_records(_read_table(path), schema, encodings=encodings, on_invalid=on_invalid)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -32,11 +33,22 @@ import numpy as np
 from .families import gram_1d, pair_query_matrix, query_matrix_1d, random_query_matrix
 from .linalg import MatrixStore, centering, content_hash, kron_apply, kron_dense, project_gram
 from .workload import Workload, WorkloadView
-import time
 
 __all__ = [
-    "GramTerm", "SubworkloadGram", "Decomposition", "decompose", "view_query_matrix", "view_answers", "lifted_queries", "subquery_matrix",
-    "term_gram", "term_factor", "is_factor", "rebuild_matrix", "recipe_cells", "random_gram_bytes",
+    "GramTerm",
+    "SubworkloadGram",
+    "Decomposition",
+    "decompose",
+    "view_query_matrix",
+    "view_answers",
+    "lifted_queries",
+    "subquery_matrix",
+    "term_gram",
+    "term_factor",
+    "is_factor",
+    "rebuild_matrix",
+    "recipe_cells",
+    "random_gram_bytes",
 ]
 
 COEF_DIGITS = 12  # significant digits of normalised coefficients in canonical keys
@@ -132,8 +144,10 @@ class SubworkloadGram:
         parts = sorted((float(f"{t.coef / scale:.{COEF_DIGITS}g}"), t.dense, t.factors) for t in self.terms)
         return content_hash(json.dumps([list(self.sizes), parts])), scale
 
-    def scaled(self, factor: float) -> "SubworkloadGram":
-        return SubworkloadGram(self.attrs, self.sizes, tuple(GramTerm(t.coef * factor, t.factors, t.dense) for t in self.terms))
+    def scaled(self, factor: float) -> SubworkloadGram:
+        return SubworkloadGram(
+            self.attrs, self.sizes, tuple(GramTerm(t.coef * factor, t.factors, t.dense) for t in self.terms)
+        )
 
 
 @dataclass
@@ -255,9 +269,23 @@ def _recipe_fields(recipe) -> tuple[tuple[int, ...], int, tuple[int, ...], tuple
     def ints(x):
         return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
 
-    ok = isinstance(recipe, dict) and recipe.get("family") == "random" and ints(recipe.get("sizes")) and ints(recipe.get("attrs"))
-    ok = ok and isinstance(recipe.get("seed"), int) and isinstance(recipe.get("keep"), list) and all(isinstance(k, bool) for k in recipe["keep"])
-    ok = ok and 0 < len(recipe["sizes"]) == len(recipe["attrs"]) == len(recipe["keep"]) and all(n >= 1 for n in recipe["sizes"])
+    ok = (
+        isinstance(recipe, dict)
+        and recipe.get("family") == "random"
+        and ints(recipe.get("sizes"))
+        and ints(recipe.get("attrs"))
+    )
+    ok = (
+        ok
+        and isinstance(recipe.get("seed"), int)
+        and isinstance(recipe.get("keep"), list)
+        and all(isinstance(k, bool) for k in recipe["keep"])
+    )
+    ok = (
+        ok
+        and 0 < len(recipe["sizes"]) == len(recipe["attrs"]) == len(recipe["keep"])
+        and all(n >= 1 for n in recipe["sizes"])
+    )
     if not ok:
         raise ValueError(f"not a recipe this version can rebuild: {recipe!r}")
     return tuple(recipe["sizes"]), int(recipe["seed"]), tuple(recipe["attrs"]), tuple(recipe["keep"])
@@ -323,7 +351,9 @@ def decompose(workload: Workload, *, lazy: bool | None = None) -> Decomposition:
             continue
         sizes = tuple(sizes_all[i] for i in v.attrs)
         # Grams of the same family on views of the same sizes are equal (random draws per view).
-        ck = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        ck = (
+            (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        )
         if ck not in dense_cache:
             q = view_query_matrix(workload, v)
             # max |q^T q| is its largest diagonal entry (PSD): no c x c Gram is needed for the tolerance
@@ -337,7 +367,13 @@ def decompose(workload: Workload, *, lazy: bool | None = None) -> Decomposition:
                     p = project_gram(g, sizes, keep)
                     recipe = None
                     if lazy and v.family == "random" and p.nbytes >= LAZY_MIN_BYTES:
-                        recipe = {"family": "random", "sizes": list(sizes), "seed": int(v.seed), "attrs": list(v.attrs), "keep": list(keep)}
+                        recipe = {
+                            "family": "random",
+                            "sizes": list(sizes),
+                            "seed": int(v.seed),
+                            "attrs": list(v.attrs),
+                            "keep": list(keep),
+                        }
                     key, scale = store.intern(p, zero_tol=tol, recipe=recipe) if any(keep) else (None, float(p[0, 0]))
                     parts.append((keep, key, scale))
                     continue

@@ -42,7 +42,17 @@ from yaml.nodes import MappingNode
 
 from .errors import InputError
 
-__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "parse_yaml", "parse_json", "read_document", "read_text", "check_loaded", "NUMBER_PATTERN", "as_number"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "parse_yaml",
+    "parse_json",
+    "read_document",
+    "read_text",
+    "check_loaded",
+    "NUMBER_PATTERN",
+    "as_number",
+]
 
 MAX_DEPTH = 64
 MAX_DOCUMENT_BYTES = 16 << 20
@@ -73,7 +83,9 @@ class _Loader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         if self.check_event(AliasEvent):
-            raise _Refused(_line(self.peek_event().start_mark), "YAML aliases (*name) are not accepted: write the value out")
+            raise _Refused(
+                _line(self.peek_event().start_mark), "YAML aliases (*name) are not accepted: write the value out"
+            )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:

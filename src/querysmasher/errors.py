@@ -39,5 +39,9 @@ def require_finite(values, field: str, what: str):
     arr = np.asarray(values, dtype=float)
     bad = int(np.count_nonzero(~np.isfinite(arr)))
     if bad:
-        raise InputError(field, what, f"{bad} of {arr.size} values are not finite (too large for floating point): nothing was written")
+        raise InputError(
+            field,
+            what,
+            f"{bad} of {arr.size} values are not finite (too large for floating point): nothing was written",
+        )
     return values

@@ -87,8 +87,11 @@ def query_matrix_1d(family: str, n: int) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _gram_1d_cached(family: str, n: int) -> np.ndarray:
     if n > MAX_ATTRIBUTE_SIZE:  # refuse before allocating n x n
-
-        raise InputError("attribute size", n, f"is above {MAX_ATTRIBUTE_SIZE:,}: the {family} Gram would be {n:,} x {n:,}; coarsen the attribute")
+        raise InputError(
+            "attribute size",
+            n,
+            f"is above {MAX_ATTRIBUTE_SIZE:,}: the {family} Gram would be {n:,} x {n:,}; coarsen the attribute",
+        )
     i = np.arange(n)
     lo, hi = np.minimum.outer(i, i), np.maximum.outer(i, i)
     if family == "marginal":

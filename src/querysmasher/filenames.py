@@ -85,6 +85,10 @@ def distinct_file_names(tuples) -> list[str]:
     out = []
     for t, n in zip(tuples, names):
         if len(folded[n.lower()]) > 1:
-            n = n[: MAX_NAME_BYTES - 22] + "~" + hashlib.sha256("\x00".join(t).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+            n = (
+                n[: MAX_NAME_BYTES - 22]
+                + "~"
+                + hashlib.sha256("\x00".join(t).encode("utf-8", "surrogatepass")).hexdigest()[:20]
+            )
         out.append(n)
     return out

@@ -49,7 +49,11 @@ def check_fits(workload: Workload, max_cells: int, what: str) -> int:
     """The number of full-domain cells; InputError (one line) when it exceeds ``max_cells``."""
     n = workload.schema.domain_cells()
     if n > max_cells:
-        raise InputError("method", what, f"needs the full domain of {workload.schema.name!r} ({n} cells) to fit the dense solver (at most {max_cells} cells)")
+        raise InputError(
+            "method",
+            what,
+            f"needs the full domain of {workload.schema.name!r} ({n} cells) to fit the dense solver (at most {max_cells} cells)",
+        )
     return n
 
 
@@ -107,10 +111,12 @@ def query_row_chunks(workload: Workload, v: WorkloadView, max_entries: int = _CH
     per_row = rest.shape[0] * math.prod(sizes)
     step = max(1, max_entries // max(per_row, 1))
     for lo in range(0, mats[0].shape[0], step):
-        yield np.kron(mats[0][lo:lo + step], rest)
+        yield np.kron(mats[0][lo : lo + step], rest)
 
 
-def full_domain_variances(sizes: tuple[int, ...], x_pinv: np.ndarray, sigma2: float, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+def full_domain_variances(
+    sizes: tuple[int, ...], x_pinv: np.ndarray, sigma2: float, attrs: tuple[int, ...], queries: np.ndarray
+) -> np.ndarray:
     """Variances of queries over the cells of ``attrs`` answered from y = X^½ x + N(0, sigma2 I)
     by generalised least squares: sigma2 q M X^+ M^T q^T (``x_pinv`` = X^+ over the full domain)."""
     k = marginalise(np.ascontiguousarray(marginalise(x_pinv, sizes, attrs).T), sizes, attrs)  # M X^+ M^T

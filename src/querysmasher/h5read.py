@@ -43,8 +43,32 @@ from .errors import InputError
 from .schema import Schema
 from .workload import CustomQueries
 
-__all__ = ["READ_ERRORS", "PROBE_SECONDS", "probe", "bad", "missing", "raised_by_h5py", "h5py_errors", "child", "members", "indexed_members", "text", "integer", "number",
-           "flag", "json_attr", "array", "strings", "has", "finite_vector", "custom_queries", "json_number", "json_text", "read_schema", "read_budget"]
+__all__ = [
+    "READ_ERRORS",
+    "PROBE_SECONDS",
+    "probe",
+    "bad",
+    "missing",
+    "raised_by_h5py",
+    "h5py_errors",
+    "child",
+    "members",
+    "indexed_members",
+    "text",
+    "integer",
+    "number",
+    "flag",
+    "json_attr",
+    "array",
+    "strings",
+    "has",
+    "finite_vector",
+    "custom_queries",
+    "json_number",
+    "json_text",
+    "read_schema",
+    "read_budget",
+]
 
 # What h5py raises from its C layer on corrupted metadata (and numpy/UTF-8 decoding on bad bytes).
 READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
@@ -205,7 +229,16 @@ def integer(obj, name: str, *, lo: int | None = None, hi: int | None = None, def
     return int(value)
 
 
-def number(obj, name: str, *, lo: float | None = None, positive: bool = False, nan: bool = False, inf: bool = False, default=_MISSING) -> float:
+def number(
+    obj,
+    name: str,
+    *,
+    lo: float | None = None,
+    positive: bool = False,
+    nan: bool = False,
+    inf: bool = False,
+    default=_MISSING,
+) -> float:
     """A real attribute: finite unless ``inf``/``nan`` allow those, >= lo (> 0 with ``positive``)."""
     value = float(_scalar(obj, name, _attr(obj, name, default), "a number"))
     reason = _number_problem(value, lo=lo, positive=positive, nan=nan, inf=inf)
@@ -248,7 +281,9 @@ def json_attr(obj, name: str, kind: type = dict):
     return value
 
 
-def json_number(obj, name: str, doc: dict, key: str, *, lo=None, hi=None, positive=False, integral=False, default=_MISSING):
+def json_number(
+    obj, name: str, doc: dict, key: str, *, lo=None, hi=None, positive=False, integral=False, default=_MISSING
+):
     """``doc[key]`` of JSON attribute ``name``: a number (an integer with ``integral``), finite, in
     [lo, hi] (> 0 with ``positive``)."""
     if key not in doc:
@@ -258,7 +293,9 @@ def json_number(obj, name: str, doc: dict, key: str, *, lo=None, hi=None, positi
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integral and not isinstance(value, int)):
         raise bad(obj, f"{name}.{key}", value, f"must be {'an integer' if integral else 'a number'}", attr=True)
-    reason = _number_problem(float(value), lo=lo, positive=positive) or (f"must be < {hi}" if hi is not None and not value < hi else "")
+    reason = _number_problem(float(value), lo=lo, positive=positive) or (
+        f"must be < {hi}" if hi is not None and not value < hi else ""
+    )
     if reason:
         raise bad(obj, f"{name}.{key}", value, reason, attr=True)
     return value
@@ -270,7 +307,13 @@ def json_text(obj, name: str, doc: dict, key: str, *, choices=None, default=_MIS
     if value is _MISSING:
         raise missing(obj, f"{name}.{key}", "is missing", attr=True)
     if not isinstance(value, str) or (choices is not None and value not in choices):
-        raise bad(obj, f"{name}.{key}", value, "must be a string" + (f", one of {', '.join(map(repr, choices))}" if choices else ""), attr=True)
+        raise bad(
+            obj,
+            f"{name}.{key}",
+            value,
+            "must be a string" + (f", one of {', '.join(map(repr, choices))}" if choices else ""),
+            attr=True,
+        )
     return value
 
 
@@ -285,7 +328,9 @@ def _dataset(parent, name: str, shape, ndim: int | None):
         raise bad(parent, name, "empty dataspace", "holds no array")
     if ndim is not None and len(dshape) != ndim:
         raise bad(parent, name, f"shape {dshape}", f"must be a {ndim}-D array")
-    if shape is not None and (len(dshape) != len(shape) or any(w is not None and w != d for w, d in zip(shape, dshape))):
+    if shape is not None and (
+        len(dshape) != len(shape) or any(w is not None and w != d for w, d in zip(shape, dshape))
+    ):
         want = "(" + ", ".join("*" if w is None else str(w) for w in shape) + ")"
         raise bad(parent, name, f"shape {dshape}", f"must have shape {want}")
     if math.prod(dshape) * dtype.itemsize > size:
@@ -293,8 +338,19 @@ def _dataset(parent, name: str, shape, ndim: int | None):
     return ds, dtype
 
 
-def array(parent, name: str, *, kind: str, shape: tuple | None = None, ndim: int | None = None,
-          lo: float | None = None, hi: float | None = None, positive: bool = False, finite: bool = True, nan: bool = False) -> np.ndarray:
+def array(
+    parent,
+    name: str,
+    *,
+    kind: str,
+    shape: tuple | None = None,
+    ndim: int | None = None,
+    lo: float | None = None,
+    hi: float | None = None,
+    positive: bool = False,
+    finite: bool = True,
+    nan: bool = False,
+) -> np.ndarray:
     """A numeric dataset: ``kind`` "f" (float), "i" (integer) or "n" (any real number, as float);
     its shape (``None`` entries: any length) or ``ndim`` checked before it is read; then every entry
     finite (unless ``finite`` is False: +-inf allowed; ``nan``: NaN allowed), >= lo, <= hi, > 0
@@ -372,13 +428,18 @@ def finite_vector(parent, name: str, length: int | None = None, *, chunk: int = 
         raise bad(parent, name, "strings" if dtype.kind in "SUO" else f"{dtype} values", "must hold a float array")
     for lo in range(0, ds.shape[0], chunk):
         try:
-            part = np.asarray(ds[lo:lo + chunk], dtype=np.float64)
+            part = np.asarray(ds[lo : lo + chunk], dtype=np.float64)
         except READ_ERRORS as exc:
             raise missing(parent, name, f"cannot be read ({type(exc).__name__}: {exc})") from None
         bad_at = np.flatnonzero(~np.isfinite(part))
         if bad_at.size:
             i = int(bad_at[0])
-            raise bad(parent, name, part[i].item(), f"must be finite: NaN or infinite values are not measurements (entry {lo + i})")
+            raise bad(
+                parent,
+                name,
+                part[i].item(),
+                f"must be finite: NaN or infinite values are not measurements (entry {lo + i})",
+            )
     return ds
 
 
@@ -451,13 +512,21 @@ def probe(path, what: str, seconds: float | None = None) -> None:
     if not finished:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        raise InputError(what, str(path), f"is corrupted: the HDF5 library was still reading its structure after {seconds:g} s")
+        raise InputError(
+            what, str(path), f"is corrupted: the HDF5 library was still reading its structure after {seconds:g} s"
+        )
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        raise InputError(what, str(path), f"is corrupted: the HDF5 library crashed reading it ({signal.Signals(os.WTERMSIG(status)).name})")
+        raise InputError(
+            what,
+            str(path),
+            f"is corrupted: the HDF5 library crashed reading it ({signal.Signals(os.WTERMSIG(status)).name})",
+        )
 
 
-def read_budget(obj, name: str = "budget", *, pure: bool = False, neighbours: tuple[str, ...] = NEIGHBOURS) -> Budget | PureBudget:
+def read_budget(
+    obj, name: str = "budget", *, pure: bool = False, neighbours: tuple[str, ...] = NEIGHBOURS
+) -> Budget | PureBudget:
     """A plan file's budget record (written by :func:`querysmasher.io.put_budget`), every key
     checked: ``{"epsilon"}`` for a pure epsilon-DP plan (``pure``), else ``{"beta", "source",
     "delta"}`` and optionally ``"neighbours"`` (one of ``neighbours``; add-remove when absent)."""
@@ -468,6 +537,9 @@ def read_budget(obj, name: str = "budget", *, pure: bool = False, neighbours: tu
         return PureBudget(float(json_number(obj, name, b, "epsilon", positive=True)))
     if set(b) - {"neighbours"} != {"beta", "source", "delta"}:
         raise bad(obj, name, sorted(b), "must hold beta, source, delta and optionally neighbours", attr=True)
-    return Budget(float(json_number(obj, name, b, "beta", positive=True)), json_text(obj, name, b, "source"),
-                  float(json_number(obj, name, b, "delta", positive=True, hi=1)),
-                  json_text(obj, name, b, "neighbours", choices=neighbours, default="add-remove"))
+    return Budget(
+        float(json_number(obj, name, b, "beta", positive=True)),
+        json_text(obj, name, b, "source"),
+        float(json_number(obj, name, b, "delta", positive=True, hi=1)),
+        json_text(obj, name, b, "neighbours", choices=neighbours, default="add-remove"),
+    )

@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 __all__ = ["Edge", "EDGE_KINDS", "ERROR_KINDS", "ImportGraph"]
@@ -93,7 +93,7 @@ def _stamp(path: Path) -> tuple[int, int]:
     return st.st_mtime_ns, st.st_size
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     """Names a module binds itself (the package root's own ``__version__``, not its lazy re-exports)."""
     names = set()
@@ -128,9 +128,10 @@ def _resolve_relative(name: str, package: str | None) -> str | None:
     return ".".join(base + ([rest] if rest else []))
 
 
-@lru_cache(maxsize=None)
-def _edges(path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules: frozenset[str],
-           root_names: frozenset[str]) -> tuple[Edge, ...]:
+@cache
+def _edges(
+    path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules: frozenset[str], root_names: frozenset[str]
+) -> tuple[Edge, ...]:
     tree = ast.parse(path.read_text())
     top = mod.split(".")[0]
     package = mod if is_pkg else mod.rpartition(".")[0]
@@ -176,8 +177,9 @@ def _edges(path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules
     def import_module(node: ast.Call, deferred: bool) -> None:
         if not node.args:
             return
-        pkg_arg = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"),
-                                                               None)
+        pkg_arg = (
+            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+        )
         if isinstance(pkg_arg, ast.Name) and pkg_arg.id == "__name__":
             pkg = mod
         elif isinstance(pkg_arg, ast.Name) and pkg_arg.id == "__package__":
@@ -195,7 +197,7 @@ def _edges(path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules
             if len(holes) != 1:
                 return  # not resolvable from the source: no edge
             before = "".join(v.value for v in first.values[: holes[0]])
-            after = "".join(v.value for v in first.values[holes[0] + 1:])
+            after = "".join(v.value for v in first.values[holes[0] + 1 :])
             for c in sorted(constants):  # the placeholder filled by the module's own constants
                 named(_resolve_relative(before + c + after, pkg), "import_module", node, deferred, exact=False)
 
@@ -217,8 +219,12 @@ def _edges(path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
                     consumed.add(id(first))
                     named(first.value, "lazy_factory", child, inner)
-            elif (isinstance(child, ast.Constant) and isinstance(child.value, str) and id(child) not in consumed
-                  and id(child) not in docstrings):
+            elif (
+                isinstance(child, ast.Constant)
+                and isinstance(child.value, str)
+                and id(child) not in consumed
+                and id(child) not in docstrings
+            ):
                 m = _REFERENCE.match(child.value)
                 if m and m["module"] != top:
                     # a bare dotted string is a reference only when it names a module; "module:attr" must

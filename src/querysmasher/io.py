@@ -27,10 +27,22 @@ from . import __version__
 from .accounting import PureBudget
 from .atomic import atomic_path, check_output
 from .errors import InputError
-from .h5read import integer, READ_ERRORS
+from .h5read import READ_ERRORS, integer
 from .workload import CustomQueries
 
-__all__ = ["FORMAT_VERSION", "atomic_h5", "put", "new_group", "read_kind", "open_h5", "put_json", "get_json", "put_budget", "put_custom_queries", "get_custom_queries"]
+__all__ = [
+    "FORMAT_VERSION",
+    "atomic_h5",
+    "put",
+    "new_group",
+    "read_kind",
+    "open_h5",
+    "put_json",
+    "get_json",
+    "put_budget",
+    "put_custom_queries",
+    "get_custom_queries",
+]
 
 FORMAT_VERSION = 1
 
@@ -65,7 +77,11 @@ def put_budget(group: h5py.Group, budget, name: str = "budget") -> None:
     if isinstance(budget, PureBudget):
         put_json(group, name, {"epsilon": budget.epsilon})
     else:
-        put_json(group, name, {"beta": budget.beta, "source": budget.source, "delta": budget.delta, "neighbours": budget.neighbours})
+        put_json(
+            group,
+            name,
+            {"beta": budget.beta, "source": budget.source, "delta": budget.delta, "neighbours": budget.neighbours},
+        )
 
 
 def get_json(group: h5py.Group | h5py.Dataset, name: str):
@@ -151,10 +167,14 @@ def put_custom_queries(parent: h5py.Group, custom: dict) -> None:
 
 def get_custom_queries(parent: h5py.Group) -> dict:
     """The {path: CustomQueries} stored by :func:`put_custom_queries`."""
+
     def text(x):
         return x.decode() if isinstance(x, bytes) else str(x)
 
-    return {str(g.attrs["path"]): CustomQueries(tuple(text(a) for a in g["attributes"][()]), g["queries"][()]) for g in parent["custom"].values()}
+    return {
+        str(g.attrs["path"]): CustomQueries(tuple(text(a) for a in g["attributes"][()]), g["queries"][()])
+        for g in parent["custom"].values()
+    }
 
 
 def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
@@ -171,13 +191,19 @@ def open_h5(path: str | os.PathLike, kind: str) -> h5py.File:
         try:
             found = f.attrs.get("kind")
         except READ_ERRORS as exc:
-            raise InputError(f"{kind} file", str(path), f"is corrupted: its 'kind' attribute cannot be read ({type(exc).__name__}: {exc})") from None
+            raise InputError(
+                f"{kind} file",
+                str(path),
+                f"is corrupted: its 'kind' attribute cannot be read ({type(exc).__name__}: {exc})",
+            ) from None
         if not isinstance(found, str) or found != kind:
             shown = found if isinstance(found, str) else type(found).__name__
             raise InputError(f"{kind} file", str(path), f"holds a {shown!r}, not a {kind!r}")
         version = integer(f, "format_version", default=-1)
         if version != FORMAT_VERSION:
-            raise InputError(f"{kind} file", str(path), f"has format version {version}; this querysmasher reads {FORMAT_VERSION}")
+            raise InputError(
+                f"{kind} file", str(path), f"has format version {version}; this querysmasher reads {FORMAT_VERSION}"
+            )
     except BaseException:
         f.close()
         raise
@@ -192,6 +218,7 @@ def read_kind(path: str | os.PathLike) -> str:
     except READ_ERRORS as exc:
         raise InputError("file", str(path), f"is not a querysmasher HDF5 file ({type(exc).__name__})") from None
     if not isinstance(kind, str):
-        raise InputError("file", str(path), f"is not a querysmasher HDF5 file (its kind is a {type(kind).__name__}, not a string)")
+        raise InputError(
+            "file", str(path), f"is not a querysmasher HDF5 file (its kind is a {type(kind).__name__}, not a string)"
+        )
     return str(kind)
-

@@ -23,10 +23,13 @@ __all__ = [
     "project_gram",
     "kron_apply",
     "kron_dense",
-    "MatrixStore", "stored_shape",
+    "MatrixStore",
+    "stored_shape",
     "content_hash",
     "PSD_RTOL",
-    "eigh_sym", "psd_eigh", "psd_truncate",
+    "eigh_sym",
+    "psd_eigh",
+    "psd_truncate",
     "psd_power",
     "pinv_psd",
 ]
@@ -70,7 +73,9 @@ def psd_truncate(w: np.ndarray, v: np.ndarray, rtol: float = PSD_RTOL) -> tuple[
     return w[keep], v[:, keep]
 
 
-def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL, *, eig: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def psd_power(
+    x: np.ndarray, power: float, rtol: float = PSD_RTOL, *, eig: tuple[np.ndarray, np.ndarray] | None = None
+) -> np.ndarray:
     """X^power on range(X), 0 on its null space, for a symmetric PSD matrix (symmetrised first):
     power -1 is the pseudo-inverse, 1/2 the square root, -1/2 the pseudo-inverse square root.
     ``eig``: X's :func:`psd_eigh`, when the caller already has it (one eigendecomposition for several powers).
@@ -82,7 +87,7 @@ def psd_power(x: np.ndarray, power: float, rtol: float = PSD_RTOL, *, eig: tuple
     w, v = psd_eigh(x, rtol) if eig is None else eig
     if power == -1:
         return (v / w) @ v.T
-    return (v * w ** power) @ v.T
+    return (v * w**power) @ v.T
 
 
 def pinv_psd(x: np.ndarray, rtol: float = PSD_RTOL) -> np.ndarray:
@@ -116,7 +121,7 @@ def kron_apply(factors: Sequence[np.ndarray], x: np.ndarray, sizes: Sequence[int
         # View the tensor as (pre, n, post) and multiply the middle index: one batched matmul,
         # no transposes (tensordot + moveaxis copied the whole tensor twice per factor).
         pre = int(np.prod(dims[:axis], dtype=np.int64))
-        post = int(np.prod(dims[axis + 1:], dtype=np.int64))
+        post = int(np.prod(dims[axis + 1 :], dtype=np.int64))
         if post == 1:  # last index: one plain matmul beats `pre` tiny batched matvecs
             t = t.reshape(pre, dims[axis]) @ f.T
         else:

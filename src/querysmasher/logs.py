@@ -93,7 +93,13 @@ def level_from_flags(verbose: int = 0, quiet: bool = False) -> int:
     return {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
 
 
-def configure(target: str | os.PathLike | IO[str] | None = None, level: int | str = "INFO", *, progress: bool = False, timestamps: bool | None = None) -> logging.Handler:
+def configure(
+    target: str | os.PathLike | IO[str] | None = None,
+    level: int | str = "INFO",
+    *,
+    progress: bool = False,
+    timestamps: bool | None = None,
+) -> logging.Handler:
     """Send the ``querysmasher`` log lines at ``level`` and above to ``target``: a path (appended
     to, with timestamps), an open text stream, or None for whatever ``sys.stderr`` is when a line is
     written. Replaces the handler of a previous call; ``progress`` turns tqdm bars on."""
@@ -126,7 +132,13 @@ def unconfigure() -> None:
 
 
 @contextlib.contextmanager
-def configured(target: str | os.PathLike | IO[str] | None = None, level: int | str = "INFO", *, progress: bool = False, timestamps: bool | None = True) -> Iterator[logging.Handler]:
+def configured(
+    target: str | os.PathLike | IO[str] | None = None,
+    level: int | str = "INFO",
+    *,
+    progress: bool = False,
+    timestamps: bool | None = True,
+) -> Iterator[logging.Handler]:
     """:func:`configure` for the duration of a ``with`` block (the workflow's scripts use it inside
     their log-file redirection, so a rule's ``log:`` file receives the INFO lines, timed)."""
     handler = configure(target, level, progress=progress, timestamps=timestamps)
@@ -136,7 +148,9 @@ def configured(target: str | os.PathLike | IO[str] | None = None, level: int | s
         unconfigure()
 
 
-def progress(items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "view") -> Iterator[T] | Iterable[T]:
+def progress(
+    items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "view"
+) -> Iterator[T] | Iterable[T]:
     """``items`` with a tqdm bar on stderr when bars are on (see :func:`configure`), else as is."""
     if not _state["progress"]:
         return items

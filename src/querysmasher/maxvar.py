@@ -41,13 +41,23 @@ import numpy as np
 from .allocation import Allocation
 from .decompose import Decomposition, GramTerm, SubworkloadGram, decompose, view_query_matrix
 from .families import query_matrix_1d
-from .linalg import content_hash, kron_dense, project_gram
-from .workload import Workload, WorkloadView
 from .fulldomain import is_full_domain_plan
-from .variances import view_variances
+from .linalg import kron_dense, project_gram
 from .threads import budget, parallel_map
+from .variances import view_variances
+from .workload import Workload, WorkloadView
 
-__all__ = ["QueryClass", "query_classes", "weighted_decomposition", "max_variance_of", "view_orbits", "class_variances", "class_contributions", "OBJECTIVES", "NU_FLOOR"]
+__all__ = [
+    "QueryClass",
+    "query_classes",
+    "weighted_decomposition",
+    "max_variance_of",
+    "view_orbits",
+    "class_variances",
+    "class_contributions",
+    "OBJECTIVES",
+    "NU_FLOOR",
+]
 
 OBJECTIVES = ("sum", "max")
 DEFAULT_MAX_TARGET_GAP = 1e-3
@@ -143,7 +153,11 @@ def weighted_decomposition(workload: Workload, classes: list[QueryClass], nu: li
                 terms.setdefault(sub, []).append(GramTerm(scale, (), False))
             elif key is not None:
                 terms.setdefault(sub, []).append(GramTerm(scale, (key,), len(sub) > 1))
-    grams = {a: SubworkloadGram(a, tuple(sizes_all[i] for i in a), tuple(ts)) for a, ts in sorted(terms.items(), key=lambda kv: (len(kv[0]), kv[0])) if ts}
+    grams = {
+        a: SubworkloadGram(a, tuple(sizes_all[i] for i in a), tuple(ts))
+        for a, ts in sorted(terms.items(), key=lambda kv: (len(kv[0]), kv[0]))
+        if ts
+    }
     return Decomposition(workload, d.store, grams, d.seconds)
 
 
@@ -199,12 +213,14 @@ def max_variance_of(plan) -> tuple[float, int, int]:
         """(value, -order, view, query) of the largest weighted variance among ``part``."""
         top = (-np.inf, 0, -1, -1)
         for order, j, weight, cls in part:
-            var = weight * (view_variances(plan, plan.workload.views[j]) if cls is None else _representative_variances(plan, cls))
+            var = weight * (
+                view_variances(plan, plan.workload.views[j]) if cls is None else _representative_variances(plan, cls)
+            )
             i = int(np.argmax(var))
             top = max(top, (float(var[i]), -order, j, i))  # ties: the first candidate, as a serial scan
         return top
 
-    shards = [items[k::budget()] for k in range(min(budget(), len(items)))]
+    shards = [items[k :: budget()] for k in range(min(budget(), len(items)))]
     value, _, j, i = max(parallel_map(best_of, shards), default=(-np.inf, 0, -1, -1))
     return value, j, i
 
@@ -221,6 +237,6 @@ def class_contributions(plan, classes: list[QueryClass], orbits: list[int]) -> n
         for g in sorted({orbit_of[sub] for sub in subs}):
             s2 = np.where(np.array(orbits) == g, 1.0, np.inf)
             one = dataclasses.replace(plan, allocation=Allocation(s2, 0.0, plan.budget.beta, plan.allocation.costs))
-            a[row:row + c.queries, g] = c.weight * _representative_variances(one, c)
+            a[row : row + c.queries, g] = c.weight * _representative_variances(one, c)
         row += c.queries
     return a

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import data, h5read as r
+from . import data
+from . import h5read as r
 from .errors import InputError, require_finite
 from .io import atomic_h5, open_h5, put, put_json
 from .logs import progress
@@ -42,8 +43,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Measurements", "measurements_of", "check_budget", "check_plan", "measure", "measure_iter", "save_measurements",
-           "load_measurements", "measure_plan_to_file", "plan_digest", "make_rng"]
+__all__ = [
+    "Measurements",
+    "measurements_of",
+    "check_budget",
+    "check_plan",
+    "measure",
+    "measure_iter",
+    "save_measurements",
+    "load_measurements",
+    "measure_plan_to_file",
+    "plan_digest",
+    "make_rng",
+]
 
 
 def measurements_of(plan) -> list[LinearMeasurement]:
@@ -66,7 +78,11 @@ def check_budget(plan, measurements: list[LinearMeasurement] | None = None) -> f
     budget = plan.budget
     limit, what = (budget.epsilon, "epsilon") if laplace else (budget.beta, f"beta ({budget.neighbours})")
     if not cost <= limit:
-        raise InputError("plan privacy cost", cost, f"exceeds its budget {what} {limit!r}: the plan file is stale or edited; refusing to measure")
+        raise InputError(
+            "plan privacy cost",
+            cost,
+            f"exceeds its budget {what} {limit!r}: the plan file is stale or edited; refusing to measure",
+        )
     return cost
 
 
@@ -99,11 +115,21 @@ def plan_digest(path: str | Path) -> str:
 
 def _check_schema(plan, records: Records) -> None:
     if records.schema.names != plan.schema.names or records.schema.sizes != plan.schema.sizes:
-        raise InputError("data schema", records.schema.name, f"does not match the plan's schema {plan.schema.name!r} (names and sizes must agree)")
+        raise InputError(
+            "data schema",
+            records.schema.name,
+            f"does not match the plan's schema {plan.schema.name!r} (names and sizes must agree)",
+        )
 
 
-def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource, *, draws: int | None = None,
-                 measurements: list[LinearMeasurement] | None = None):
+def measure_iter(
+    plan,
+    records: Records,
+    rng: np.random.Generator | NoiseSource,
+    *,
+    draws: int | None = None,
+    measurements: list[LinearMeasurement] | None = None,
+):
     """Yield (measurement index, y) for every measurement of the plan, one at a time (bounded
     memory), the privacy cost re-checked first on exactly the measurements applied.
 
@@ -126,19 +152,31 @@ def measure_iter(plan, records: Records, rng: np.random.Generator | NoiseSource,
     log.info("measured %d vectors", len(ms))
 
 
-def measure(plan, records: Records, rng: np.random.Generator | NoiseSource, *, seeded: bool = False, draws: int | None = None) -> Measurements:
+def measure(
+    plan, records: Records, rng: np.random.Generator | NoiseSource, *, seeded: bool = False, draws: int | None = None
+) -> Measurements:
     """Every measurement of the plan once (or ``draws`` times with independent noise, for tests)."""
     noise = as_noise(rng)
     pairs = list(measure_iter(plan, records, noise, draws=draws))
-    return Measurements(np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded, sampler=noise.sampler)
+    return Measurements(
+        np.array([i for i, _ in pairs], dtype=np.int64), [y for _, y in pairs], seeded, sampler=noise.sampler
+    )
 
 
 def _offsets(ms: list[LinearMeasurement]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum([m.rows for m in ms])]).astype(np.int64)
 
 
-def save_measurements(path: str | Path, plan, stream, *, seeded: bool, plan_sha256: str, sampler: str,
-                      measurements: list[LinearMeasurement] | None = None) -> None:
+def save_measurements(
+    path: str | Path,
+    plan,
+    stream,
+    *,
+    seeded: bool,
+    plan_sha256: str,
+    sampler: str,
+    measurements: list[LinearMeasurement] | None = None,
+) -> None:
     """Write the measurements file from (measurement index, y) pairs (e.g. :func:`measure_iter`),
     streaming: the noisy vectors (one flat ``y``), which measurement each is (``index``) and where
     it starts (``offsets``), the plan's digest, the sampler and the budget; nothing else derived
@@ -161,7 +199,7 @@ def save_measurements(path: str | Path, plan, stream, *, seeded: bool, plan_sha2
             if pos >= len(ms) or i != ms[pos].index or np.shape(y) != (ms[pos].rows,):
                 raise ValueError("measurement stream does not follow the plan's measurements")
             require_finite(y, "measurement", f"vector {pos}")
-            ds[offsets[pos]:offsets[pos + 1]] = y
+            ds[offsets[pos] : offsets[pos + 1]] = y
             count += 1
         if count != len(ms):
             raise ValueError("measurement stream does not follow the plan's measurements")
@@ -184,13 +222,22 @@ def load_measurements(path: str | Path, plan_sha256: str | None = None, plan=Non
         if length < 0:
             raise r.bad(f, "y", f"shape {y.shape}", "must be a 1-D array")
         if len(offs) != len(index) + 1 or offs[0] != 0 or offs[-1] != length or np.any(np.diff(offs) < 0):
-            raise r.bad(f, "offsets", offs[:8].tolist(), f"must hold one vector per measurement: offsets rising from 0 to the length of y ({length}), "
-                                                         f"one more than index ({len(index)})")
+            raise r.bad(
+                f,
+                "offsets",
+                offs[:8].tolist(),
+                f"must hold one vector per measurement: offsets rising from 0 to the length of y ({length}), "
+                f"one more than index ({len(index)})",
+            )
         if plan is not None:
             ms = measurements_of(plan)
             want, labels = _offsets(ms), np.array([m.index for m in ms], dtype=np.int64)
             if not (np.array_equal(index, labels) and np.array_equal(offs, want)):
-                raise InputError("measurements file", str(path), "does not hold one vector per measurement of the plan (index/offsets/y disagree)")
+                raise InputError(
+                    "measurements file",
+                    str(path),
+                    "does not hold one vector per measurement of the plan (index/offsets/y disagree)",
+                )
             r.finite_vector(f, "y", int(want[-1]))
     return Measurements(index, StoredVectors(path, offs), seeded, digest, sampler)
 
@@ -199,5 +246,12 @@ def measure_plan_to_file(plan, records: Records, noise: NoiseSource, out, *, pla
     """The measurements file of a plan of any kind (checked by the caller before the records were
     read, :func:`check_plan`; measuring re-checks its privacy cost on what it applies)."""
     ms = measurements_of(plan)  # once: the stream and the file's layout follow the same list
-    save_measurements(out, plan, measure_iter(plan, records, noise, measurements=ms), seeded=noise.seeded, plan_sha256=plan_sha256,
-                      sampler=noise.sampler, measurements=ms)
+    save_measurements(
+        out,
+        plan,
+        measure_iter(plan, records, noise, measurements=ms),
+        seeded=noise.seeded,
+        plan_sha256=plan_sha256,
+        sampler=noise.sampler,
+        measurements=ms,
+    )

@@ -99,7 +99,7 @@ class StoredVectors:
         return len(self._offsets) - 1
 
     def __getitem__(self, k: int) -> np.ndarray:
-        return self._y[int(self._offsets[k]):int(self._offsets[k + 1])]
+        return self._y[int(self._offsets[k]) : int(self._offsets[k + 1])]
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))

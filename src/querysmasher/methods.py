@@ -44,8 +44,17 @@ from .options import check_options
 from .registry import PluginRegistry, lazy_factory
 from .solvers import SOLVERS
 
-__all__ = ["Method", "WholeWorkloadPlanner", "PLANNERS", "PLANNER_GROUP", "get_method", "method_names", "builtin_method_names", "OBJECTIVES",
-           "NOISES"]
+__all__ = [
+    "Method",
+    "WholeWorkloadPlanner",
+    "PLANNERS",
+    "PLANNER_GROUP",
+    "get_method",
+    "method_names",
+    "builtin_method_names",
+    "OBJECTIVES",
+    "NOISES",
+]
 
 PLANNER_GROUP = "querysmasher.planners"
 OBJECTIVES: tuple[str, ...] = ("sum", "max")
@@ -64,9 +73,15 @@ class WholeWorkloadPlanner(Protocol):
 
 
 # Whole-workload planners by name: the built-ins, then plugins; their names and the solvers' never overlap.
-PLANNERS = PluginRegistry(PLANNER_GROUP, {"hdmm": lazy_factory("querysmasher.hdmm.plan", "HDMMPlanner"), "mm": lazy_factory("querysmasher.planners.mm", "MMPlanner"),
-                                         "qsplus": lazy_factory("querysmasher.marginal_family.method", "QSPlusPlanner")},
-                          reserved=SOLVERS.builtin_names)
+PLANNERS = PluginRegistry(
+    PLANNER_GROUP,
+    {
+        "hdmm": lazy_factory("querysmasher.hdmm.plan", "HDMMPlanner"),
+        "mm": lazy_factory("querysmasher.planners.mm", "MMPlanner"),
+        "qsplus": lazy_factory("querysmasher.marginal_family.method", "QSPlusPlanner"),
+    },
+    reserved=SOLVERS.builtin_names,
+)
 SOLVERS.reserve(PLANNERS.builtin_names)  # a solver may not take a built-in planner's name (qsplus, hdmm, mm)
 
 
@@ -92,18 +107,30 @@ class Method:
     def whole_workload(self) -> bool:
         return self.kind == "whole-workload"
 
-    def check(self, *, objective: str = "sum", noise: str = "gaussian", neighbours: str = "add-remove", prefix: str = "") -> None:
+    def check(
+        self, *, objective: str = "sum", noise: str = "gaussian", neighbours: str = "add-remove", prefix: str = ""
+    ) -> None:
         """Refuse (InputError naming the field, ``prefix`` + its name: ``--`` on the command line) an
         objective, noise or neighbouring relation the method does not support."""
         if objective not in OBJECTIVES:
             raise InputError(prefix + "objective", objective, f"must be one of {', '.join(OBJECTIVES)}")
         if objective not in self.objectives:
-            raise InputError(prefix + "objective", objective, f"{self.name} minimises {' or '.join(self.objectives)} only")
+            raise InputError(
+                prefix + "objective", objective, f"{self.name} minimises {' or '.join(self.objectives)} only"
+            )
         if noise not in self.noises:
-            what = "is a Gaussian mechanism (zCDP)" if self.noises == ("gaussian",) else f"supports {' and '.join(self.noises)} noise"
+            what = (
+                "is a Gaussian mechanism (zCDP)"
+                if self.noises == ("gaussian",)
+                else f"supports {' and '.join(self.noises)} noise"
+            )
             raise InputError(prefix + "noise", noise, f"method {self.name} {what}; it does not take {noise} noise")
         if neighbours not in self.neighbours:
-            raise InputError(prefix + "neighbours", neighbours, f"{self.name} plans are accounted for {' and '.join(self.neighbours)} neighbours only")
+            raise InputError(
+                prefix + "neighbours",
+                neighbours,
+                f"{self.name} plans are accounted for {' and '.join(self.neighbours)} neighbours only",
+            )
 
     def check_options(self, options: dict, prefix: str | None = None) -> dict:
         """``options`` checked against the ranges the method declares (``option_specs``,
@@ -124,7 +151,9 @@ class Method:
             raise InputError("options", shown, f"rejected by method {self.name!r}: {exc}") from None
         needed = "plan" if self.whole_workload else "solve"
         if not callable(getattr(built, needed, None)):
-            raise InputError("method", self.name, f"{self.origin} returned {type(built).__name__}, which has no {needed}()")
+            raise InputError(
+                "method", self.name, f"{self.origin} returned {type(built).__name__}, which has no {needed}()"
+            )
         return built
 
     def declared(self, name: str, default=None):
@@ -172,6 +201,11 @@ def get_method(name: str) -> Method:
         factory, kind, origin = PLANNERS[name], "whole-workload", PLANNERS.origin(name)
     source = _capabilities(factory)
     return Method(
-        name, kind, _declared(source, "objectives", ("sum",)), _declared(source, "noises", ("gaussian",)),
-        _declared(source, "neighbours", NEIGHBOURS), origin, factory,
+        name,
+        kind,
+        _declared(source, "objectives", ("sum",)),
+        _declared(source, "noises", ("gaussian",)),
+        _declared(source, "neighbours", NEIGHBOURS),
+        origin,
+        factory,
     )

@@ -28,7 +28,15 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["NoiseSource", "make_noise", "as_noise", "SAMPLERS", "MAX_NOISE_VARIANCE", "MAX_LAPLACE_SCALE", "check_noise_scales"]
+__all__ = [
+    "NoiseSource",
+    "make_noise",
+    "as_noise",
+    "SAMPLERS",
+    "MAX_NOISE_VARIANCE",
+    "MAX_LAPLACE_SCALE",
+    "check_noise_scales",
+]
 
 # The largest noise a sampler is asked for. Beyond it OpenDP's Gaussian cannot state its privacy
 # cost (rho = 1 / (2 sigma^2) underflows: at sigma^2 = 1.79e308 its map refuses) and the noisy
@@ -61,8 +69,9 @@ class NoiseSource:
         mech = self._mechanisms.get(sigma)
         if mech is None:
             mech = self._mechanisms[sigma] = _opendp_gaussian(sigma)
-        return np.asarray(mech(np.ascontiguousarray(clean, dtype=float).ravel().tolist()), dtype=float).reshape(clean.shape)
-
+        return np.asarray(mech(np.ascontiguousarray(clean, dtype=float).ravel().tolist()), dtype=float).reshape(
+            clean.shape
+        )
 
     def add_laplace(self, clean: np.ndarray, scale: float, sensitivity: float) -> np.ndarray:
         """clean + Lap(scale) per entry: (sensitivity / scale)-DP for answers of L1 sensitivity
@@ -96,7 +105,9 @@ def _opendp_gaussian(sigma: float):
     mech = dp.m.make_gaussian(*space, scale=sigma)
     ours = 1.0 / (2.0 * sigma * sigma)
     if not mech.map(1.0) <= ours * (1 + 1e-12):
-        raise RuntimeError(f"OpenDP's Gaussian at scale {sigma!r} costs rho {mech.map(1.0)!r} > {ours!r} at unit sensitivity")
+        raise RuntimeError(
+            f"OpenDP's Gaussian at scale {sigma!r} costs rho {mech.map(1.0)!r} > {ours!r} at unit sensitivity"
+        )
     return mech
 
 
@@ -127,7 +138,11 @@ def check_noise_scales(values, field: str, *, laplace: bool = False) -> None:
     top = MAX_LAPLACE_SCALE if laplace else MAX_NOISE_VARIANCE
     for v in np.asarray(values, dtype=float).ravel():
         if not (0.0 < v <= top):
-            raise InputError(field, float(v), f"must be a positive number at most {top:g}: the noise sampler cannot draw or account for it")
+            raise InputError(
+                field,
+                float(v),
+                f"must be a positive number at most {top:g}: the noise sampler cannot draw or account for it",
+            )
 
 
 def as_noise(source) -> NoiseSource:
@@ -146,7 +161,9 @@ def make_noise(seed: int | None = None, sampler: str | None = None) -> NoiseSour
         raise InputError("--sampler", sampler, f"must be one of {', '.join(SAMPLERS)}")
     if seed is not None:
         if sampler != "numpy":
-            raise InputError("--seed", seed, "the opendp sampler cannot be seeded; a seed is for numpy experiments only")
+            raise InputError(
+                "--seed", seed, "the opendp sampler cannot be seeded; a seed is for numpy experiments only"
+            )
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise InputError("--seed", seed, "must be an integer >= 0")
         return NoiseSource("numpy", True, np.random.default_rng(seed))

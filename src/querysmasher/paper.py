@@ -60,8 +60,16 @@ class PaperFigures:
     def __len__(self) -> int:
         return len(self.figures)
 
-    def get(self, table: int, column: str, *, dataset: str = "synthetic", n: int | None = None, d: int | None = None,
-            workload: str = "") -> PaperFigure | None:
+    def get(
+        self,
+        table: int,
+        column: str,
+        *,
+        dataset: str = "synthetic",
+        n: int | None = None,
+        d: int | None = None,
+        workload: str = "",
+    ) -> PaperFigure | None:
         """The cell, or None when the paper has no such cell. Table 4 rows have d = 40."""
         if table == 4 and d is None:
             d = 40
@@ -87,10 +95,20 @@ def load_paper_figures(path: str | Path = PAPER_FIGURES_FILE) -> PaperFigures:
             raise InputError("paper figures file", str(path), f"header must be {','.join(FIELDS)}")
         for i, row in enumerate(reader, start=2):
             try:
-                out.append(PaperFigure(
-                    int(row["table"]), row["dataset"], _int_or_none(row["n"]), _int_or_none(row["d"]), row["workload"],
-                    row["column"], row["printed"], float(row["value"]) if row["value"] else None, row["unit"], row["flag"],
-                ))
+                out.append(
+                    PaperFigure(
+                        int(row["table"]),
+                        row["dataset"],
+                        _int_or_none(row["n"]),
+                        _int_or_none(row["d"]),
+                        row["workload"],
+                        row["column"],
+                        row["printed"],
+                        float(row["value"]) if row["value"] else None,
+                        row["unit"],
+                        row["flag"],
+                    )
+                )
             except ValueError as exc:
                 raise InputError(f"paper figures file {path} line {i}", row, str(exc)) from None
     return PaperFigures(out)

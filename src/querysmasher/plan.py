@@ -22,13 +22,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from . import maxvar
 from .accounting import Budget
 from .allocation import Allocation, PredictedError, relative_gap, rmse
 from .schema import Schema
 from .solvers import ViewSolution
-from .workload import Workload
-from . import maxvar
 from .svd_bound import svd_bound
+from .workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,11 @@ class Plan(PredictedError):
             value, j, i = self.max_variance
             v = self.workload.views[j]
             out["max_variance"] = value
-            out["max_variance_query"] = {"view": [self.schema.names[a] for a in v.attrs], "family": v.family, "index": i}
+            out["max_variance_query"] = {
+                "view": [self.schema.names[a] for a in v.attrs],
+                "family": v.family,
+                "index": i,
+            }
         if self.max_certificate is not None:
             out.update(self.max_certificate)
         if self.certified and self.lower_bound > 0:
@@ -135,5 +139,7 @@ class Plan(PredictedError):
         return out
 
     def __repr__(self) -> str:
-        return (f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
-                f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})")
+        return (
+            f"Plan({self.method}, {self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.4g}, "
+            f"{len(self.views)} residual views, {len(self.solutions)} distinct solves, beta {self.budget.beta:.4g})"
+        )

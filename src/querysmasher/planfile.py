@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from .accounting import view_costs
-from .plan import LAYOUTS, Plan
-from .schema import check_attribute_sizes, Schema
-from .solvers import ViewMechanism, ViewSolution
-from .mechanisms import MECHANISM_KINDS
 from .allocation import Allocation
+from .mechanisms import MECHANISM_KINDS
+from .plan import LAYOUTS, Plan
 from .queryfactor import rederive_solutions
+from .schema import Schema, check_attribute_sizes
+from .solvers import ViewMechanism, ViewSolution
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,17 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
     storage = r.text(g, "storage", choices=("query-factor", "eigenpairs"), default="")
     stored = tuple(int(n) for n in r.array(g, "sizes", kind="i", ndim=1, lo=1))
     if sizes is not None and stored != tuple(sizes):
-        raise r.bad(g, "sizes", list(stored), f"must be the sizes of the view it measures, {list(sizes)} by the plan's schema")
+        raise r.bad(
+            g, "sizes", list(stored), f"must be the sizes of the view it measures, {list(sizes)} by the plan's schema"
+        )
     L = r.array(g, "l", kind="f", ndim=2) if r.has(g, "l") else None
     if storage == "query-factor":
         if kind != "lowrank" or L is None:
             raise r.bad(g, "storage", storage, "is for lowrank mechanisms with a 2-D query factor l", attr=True)
         rank = L.shape[1]
-        mechanism = ViewMechanism(kind, stored, (np.broadcast_to(np.float64(0.0), (math.prod(stored), rank)), np.zeros(rank)))
+        mechanism = ViewMechanism(
+            kind, stored, (np.broadcast_to(np.float64(0.0), (math.prod(stored), rank)), np.zeros(rank))
+        )
     else:
         cls = MECHANISM_KINDS[kind]  # each kind reads and checks its own arrays
         mats = cls.stored_arrays(g, stored)
@@ -121,8 +125,13 @@ def read_solution(g, sizes: tuple[int, ...] | None = None) -> ViewSolution:
         except ValueError as exc:  # a plugin kind's own check of its arrays
             raise r.bad(g, "kind", kind, f"its arrays do not form a mechanism ({exc})", attr=True) from None
     return ViewSolution(
-        mechanism, r.number(g, "loss", lo=0.0), r.number(g, "lower_bound", lo=0.0),
-        r.text(g, "solver"), r.text(g, "note"), r.number(g, "gap", nan=True, inf=True), L,
+        mechanism,
+        r.number(g, "loss", lo=0.0),
+        r.number(g, "lower_bound", lo=0.0),
+        r.text(g, "solver"),
+        r.text(g, "note"),
+        r.number(g, "gap", nan=True, inf=True),
+        L,
     )
 
 
@@ -135,7 +144,11 @@ def _read_summary(f, summary: dict) -> tuple[dict, dict | None]:
         "views": int(r.json_number(f, "summary", summary, "views", lo=0, integral=True)),
         "objective": r.json_text(f, "summary", summary, "objective", choices=("sum", "max"), default="sum"),
     }
-    certificate = {k: summary[k] for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history") if k in summary}
+    certificate = {
+        k: summary[k]
+        for k in ("max_variance_lower_bound", "max_variance_gap", "max_iterations", "max_history")
+        if k in summary
+    }
     return kept, certificate or None
 
 
@@ -167,7 +180,9 @@ def _read_solutions(f, schema: Schema, views, keys) -> dict[str, ViewSolution]:
     for attrs, key in zip(views, keys):
         s = tuple(schema.sizes[a] for a in attrs)
         if sizes.setdefault(key, s) != s:
-            raise r.bad(f["views"], "key", key, f"is the key of views of different sizes {list(sizes[key])} and {list(s)}")
+            raise r.bad(
+                f["views"], "key", key, f"is the key of views of different sizes {list(sizes[key])} and {list(s)}"
+            )
     stored = set(r.members(group))
     missing, extra = sorted(set(sizes) - stored), sorted(stored - set(sizes))
     if missing:
@@ -194,7 +209,9 @@ def load_plan(path) -> Plan:
         solutions = _read_solutions(f, schema, views, keys)
         layout = r.text(f, "layout", choices=LAYOUTS, default="full-domain" if method == "mm" else "residual")
         if layout == "full-domain" and views != [tuple(range(len(schema)))]:  # reconstruct marginalises its one view
-            raise r.bad(f, "layout", layout, "needs the one full-domain view, but the plan's views are not that", attr=True)
+            raise r.bad(
+                f, "layout", layout, "needs the one full-domain view, but the plan's views are not that", attr=True
+            )
     # lowrank views held over their query factor: B = L^T F with F from the file's own workload
     solutions = rederive_solutions(workload, solutions, views, keys, losses=False)
     sigma2, losses = arrays["sigma2"], arrays["loss"]
@@ -202,8 +219,23 @@ def load_plan(path) -> Plan:
     costs = view_costs(keys, solutions, budget.neighbours)
     alloc = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
     return Plan(
-        schema, workload, method, budget, views, keys, arrays["scale"], losses, arrays["lower_bound"], alloc, solutions,
-        summary["views"], head.phase_seconds, head.notes, summary["objective"], certificate, layout,
+        schema,
+        workload,
+        method,
+        budget,
+        views,
+        keys,
+        arrays["scale"],
+        losses,
+        arrays["lower_bound"],
+        alloc,
+        solutions,
+        summary["views"],
+        head.phase_seconds,
+        head.notes,
+        summary["objective"],
+        certificate,
+        layout,
     )
 
 
@@ -223,4 +255,6 @@ def file_form(plan: Plan) -> Plan:
             with h5py.File(path, "r") as f:
                 solutions[key] = read_solution(f["s"], sol.mechanism.sizes)
     # its own timings and notes: what the copy computes later leaves the given plan as it was
-    return dataclasses.replace(plan, solutions=solutions, phase_seconds=dict(plan.phase_seconds), notes=list(plan.notes))
+    return dataclasses.replace(
+        plan, solutions=solutions, phase_seconds=dict(plan.phase_seconds), notes=list(plan.notes)
+    )

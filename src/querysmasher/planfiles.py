@@ -20,7 +20,15 @@ from .errors import InputError
 from .io import atomic_h5, get_json, open_h5, put_json, read_kind
 from .plankinds import kind_of, plan_kind
 
-__all__ = ["file_kind_of", "is_plan", "save_any_plan", "load_any_plan", "SUMMARY_KIND", "save_plan_summary", "read_plan_summary"]
+__all__ = [
+    "file_kind_of",
+    "is_plan",
+    "save_any_plan",
+    "load_any_plan",
+    "SUMMARY_KIND",
+    "save_plan_summary",
+    "read_plan_summary",
+]
 
 # A plan's summary without its mechanisms: what a plan-only experiment keeps when its mechanisms
 # would be too big to store twice (solve files and plan; Table 4's random:1,2 over [50]^40 holds
@@ -34,11 +42,19 @@ def file_kind_of(path: str | Path) -> str:
         raise InputError("plan file", str(path), "does not exist")
     kind = read_kind(path)
     if kind == SUMMARY_KIND:
-        raise InputError("plan file", str(path), "holds a plan's summary without its mechanisms (written by a plan-only "
-                         "experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure")
+        raise InputError(
+            "plan file",
+            str(path),
+            "holds a plan's summary without its mechanisms (written by a plan-only "
+            "experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure",
+        )
     if plan_kind(kind) is None:
-        raise InputError("plan file", str(path), f"holds a {kind!r}, not a plan of a known kind (a plugin's plan kind is found "
-                         "through its entry point, group querysmasher.plan_kinds)")
+        raise InputError(
+            "plan file",
+            str(path),
+            f"holds a {kind!r}, not a plan of a known kind (a plugin's plan kind is found "
+            "through its entry point, group querysmasher.plan_kinds)",
+        )
     return kind
 
 

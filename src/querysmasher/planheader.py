@@ -57,8 +57,9 @@ def put_plan_header(f, plan) -> None:
     put_json(f, "summary", plan.summary())
 
 
-def read_plan_header(f, *, methods: tuple[str, ...] | None = None, pure: bool = False,
-                     neighbours: tuple[str, ...] = NEIGHBOURS) -> PlanHeader:
+def read_plan_header(
+    f, *, methods: tuple[str, ...] | None = None, pure: bool = False, neighbours: tuple[str, ...] = NEIGHBOURS
+) -> PlanHeader:
     """The header written by :func:`put_plan_header`, every field checked (an InputError naming the
     field and the value otherwise). ``methods``: those the kind's file may hold (a file of one
     method written without the attribute is read as that method); ``pure`` and ``neighbours``: the
@@ -79,9 +80,13 @@ def read_plan_header(f, *, methods: tuple[str, ...] | None = None, pure: bool = 
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise r.bad(f, "summary.notes", notes, "must be a list of strings", attr=True)
     phases = summary.get("phase_seconds", {})
-    if not isinstance(phases, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in phases.values()):
+    if not isinstance(phases, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in phases.values()
+    ):
         raise r.bad(f, "summary.phase_seconds", phases, "must map steps to non-negative seconds", attr=True)
-    return PlanHeader(schema, workload, method, budget, summary, list(notes), {str(k): float(v) for k, v in phases.items()})
+    return PlanHeader(
+        schema, workload, method, budget, summary, list(notes), {str(k): float(v) for k, v in phases.items()}
+    )
 
 
 def put_views(g, views) -> None:
@@ -98,7 +103,7 @@ def read_views(g, n_attrs: int) -> list[tuple[int, ...]]:
     offs = r.array(g, "offsets", kind="i", ndim=1)
     if len(offs) == 0 or offs[0] != 0 or offs[-1] != len(flat) or np.any(np.diff(offs) < 0):
         raise r.bad(g, "offsets", offs[:8].tolist(), f"must rise from 0 to the length of attrs ({len(flat)})")
-    views = [tuple(int(a) for a in flat[offs[i]:offs[i + 1]]) for i in range(len(offs) - 1)]
+    views = [tuple(int(a) for a in flat[offs[i] : offs[i + 1]]) for i in range(len(offs) - 1)]
     for i, attrs in enumerate(views):
         if any(a >= b for a, b in zip(attrs, attrs[1:])):
             raise r.bad(g, "attrs", list(attrs), f"view {i} must list distinct attributes in increasing order")

@@ -33,9 +33,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 from .errors import InputError
-from importlib.metadata import entry_points
 
 __all__ = ["PlanKind", "PLAN_KINDS", "PLAN_KIND_GROUP", "register_plan_kind", "plan_kind", "kind_of", "OPERATIONS"]
 
@@ -46,7 +46,7 @@ OPERATIONS: dict[str, str] = {
     "save": "(plan, path) -> None: the plan file, written atomically",
     "load": "(path) -> plan: every field checked, one InputError otherwise",
     "measurements": "(plan) -> list of querysmasher.measurement.LinearMeasurement: what measure applies, in order, each with its noise and its cost "
-                    "recomputed from the operator applied; an InputError when a field cannot be measured",
+    "recomputed from the operator applied; an InputError when a field cannot be measured",
     "check": "(plan) -> None: what else must hold before any record is read (the answers must be estimable); an InputError otherwise",
     "estimates": "(plan, Measurements) -> estimates with view_answers(workload view) and, for kinds with per-view tables, table(attrs)",
     "variances": "(plan) -> variances with view(workload view) -> array or None and cells(attrs) -> (array or None, why not)",
@@ -119,7 +119,9 @@ def plan_kind(file_kind) -> PlanKind | None:
         return None
     kind = ep.load()
     if not isinstance(kind, PlanKind) or kind.file_kind != file_kind:
-        raise InputError("plan kind", file_kind, f"entry point {ep.value!r} is not a PlanKind with file_kind {file_kind!r}")
+        raise InputError(
+            "plan kind", file_kind, f"entry point {ep.value!r} is not a PlanKind with file_kind {file_kind!r}"
+        )
     return register_plan_kind(kind)
 
 
@@ -131,22 +133,43 @@ def kind_of(plan) -> PlanKind:
     return kind
 
 
-register_plan_kind(PlanKind(
-    "plan", "querysmasher.plan:Plan", True,
-    save="querysmasher.planfile:save_plan", load="querysmasher.planfile:load_plan",
-    measurements="querysmasher.residualkind:residual_measurements", check="querysmasher.residualkind:check_estimable",
-    estimates="querysmasher.residualkind:Reconstruction", variances="querysmasher.residualkind:ResidualVariances",
-    file_form="querysmasher.planfile:file_form",
-))
-register_plan_kind(PlanKind(
-    "hdmm-plan", "querysmasher.hdmm.plan:HDMMPlan", False,
-    save="querysmasher.hdmm.files:save_hdmm_plan", load="querysmasher.hdmm.files:load_hdmm_plan",
-    measurements="querysmasher.hdmm.release:hdmm_measurements", check="querysmasher.hdmm.release:check_measurable",
-    estimates="querysmasher.hdmm.release:HDMMEstimates", variances="querysmasher.hdmm.release:HDMMVariances",
-))
-register_plan_kind(PlanKind(
-    "marginal-plan", "querysmasher.marginal_family.planner:MarginalPlan", True,
-    save="querysmasher.marginal_family.files:save_marginal_plan", load="querysmasher.marginal_family.files:load_marginal_plan",
-    measurements="querysmasher.marginal_family.release:marginal_measurements", check="querysmasher.marginal_family.gls:check_estimable",
-    estimates="querysmasher.marginal_family.release:MarginalEstimates", variances="querysmasher.marginal_family.release:MarginalVariances",
-))
+register_plan_kind(
+    PlanKind(
+        "plan",
+        "querysmasher.plan:Plan",
+        True,
+        save="querysmasher.planfile:save_plan",
+        load="querysmasher.planfile:load_plan",
+        measurements="querysmasher.residualkind:residual_measurements",
+        check="querysmasher.residualkind:check_estimable",
+        estimates="querysmasher.residualkind:Reconstruction",
+        variances="querysmasher.residualkind:ResidualVariances",
+        file_form="querysmasher.planfile:file_form",
+    )
+)
+register_plan_kind(
+    PlanKind(
+        "hdmm-plan",
+        "querysmasher.hdmm.plan:HDMMPlan",
+        False,
+        save="querysmasher.hdmm.files:save_hdmm_plan",
+        load="querysmasher.hdmm.files:load_hdmm_plan",
+        measurements="querysmasher.hdmm.release:hdmm_measurements",
+        check="querysmasher.hdmm.release:check_measurable",
+        estimates="querysmasher.hdmm.release:HDMMEstimates",
+        variances="querysmasher.hdmm.release:HDMMVariances",
+    )
+)
+register_plan_kind(
+    PlanKind(
+        "marginal-plan",
+        "querysmasher.marginal_family.planner:MarginalPlan",
+        True,
+        save="querysmasher.marginal_family.files:save_marginal_plan",
+        load="querysmasher.marginal_family.files:load_marginal_plan",
+        measurements="querysmasher.marginal_family.release:marginal_measurements",
+        check="querysmasher.marginal_family.gls:check_estimable",
+        estimates="querysmasher.marginal_family.release:MarginalEstimates",
+        variances="querysmasher.marginal_family.release:MarginalVariances",
+    )
+)

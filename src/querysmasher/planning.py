@@ -24,15 +24,17 @@ from __future__ import annotations
 from .accounting import Budget, PureBudget, make_budget
 from .errors import InputError
 from .methods import get_method
+from .planners.maxplan import plan_max
+from .planners.residual import plan_residual
 from .schema import Schema, check_attribute_sizes, parse_schema
 from .workload import Workload, parse_workload
-from .planners.residual import plan_residual
-from .planners.maxplan import plan_max
 
 __all__ = ["make_plan", "parse_problem"]
 
 
-def parse_problem(schema: Schema | str, workload: Workload | str, *, all_numeric: bool = False) -> tuple[Schema, Workload]:
+def parse_problem(
+    schema: Schema | str, workload: Workload | str, *, all_numeric: bool = False
+) -> tuple[Schema, Workload]:
     """The schema and workload of a spec (strings are parsed; ``all_numeric`` makes every attribute
     numeric), with every attribute the workload uses checked against the size limit."""
     if isinstance(schema, str):
@@ -75,10 +77,16 @@ def make_plan(
         if any(v is not None for v in (beta, rho, mu, epsilon, delta)):
             raise InputError("budget", budget, "give a Budget or keywords, not both")
         if neighbours is not None and neighbours != budget.neighbours:
-            budget = budget.with_neighbours(neighbours) if isinstance(budget, Budget) else make_budget(epsilon=budget.epsilon, noise="laplace", neighbours=neighbours)
+            budget = (
+                budget.with_neighbours(neighbours)
+                if isinstance(budget, Budget)
+                else make_budget(epsilon=budget.epsilon, noise="laplace", neighbours=neighbours)
+            )
         noise = budget.noise
     else:
-        budget = make_budget(beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta, neighbours=neighbours or "add-remove", noise=noise)
+        budget = make_budget(
+            beta=beta, rho=rho, mu=mu, epsilon=epsilon, delta=delta, neighbours=neighbours or "add-remove", noise=noise
+        )
     m = get_method(method)
     m.check(objective=objective, noise=noise, neighbours=budget.neighbours)
     schema, workload = parse_problem(schema, workload, all_numeric=all_numeric)

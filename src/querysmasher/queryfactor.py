@@ -34,12 +34,19 @@ import dataclasses
 
 import numpy as np
 
+from .decompose import decompose
 from .errors import InputError
 from .linalg import pinv_psd
 from .solvers.base import ViewMechanism, ViewSolution
-from .decompose import decompose
 
-__all__ = ["REL_TOL", "holds_query_factor", "mechanism_from_factor", "factor_loss", "express_over_factor", "rederive_solutions"]
+__all__ = [
+    "REL_TOL",
+    "holds_query_factor",
+    "mechanism_from_factor",
+    "factor_loss",
+    "express_over_factor",
+    "rederive_solutions",
+]
 
 # The re-derived X must act on V as the solver's X does to this relative accuracy (measured: 1e-12
 # on a 10,000-cell affine view); otherwise V itself is kept (range(X) outside range(F^T)).
@@ -82,7 +89,9 @@ def express_over_factor(mech: ViewMechanism, F: np.ndarray) -> tuple[ViewMechani
     return new, L
 
 
-def rederive_solutions(workload, solutions: dict[str, ViewSolution], views, keys, *, losses: bool = True) -> dict[str, ViewSolution]:
+def rederive_solutions(
+    workload, solutions: dict[str, ViewSolution], views, keys, *, losses: bool = True
+) -> dict[str, ViewSolution]:
     """``solutions`` with every one that holds a query factor L re-derived from L and the F of
     ``workload`` itself (one decomposition, only when there is such a solution): mechanism (and,
     with ``losses``, loss and gap) of B = L^T F. ``views``/``keys``: the plan's residual views and
@@ -102,11 +111,19 @@ def rederive_solutions(workload, solutions: dict[str, ViewSolution], views, keys
         a = first.get(key)
         g = d.grams.get(a) if a is not None else None
         if g is None or d.keys[a][0] != key or not holds_query_factor(g):
-            raise InputError("plan solution", key, "is not a dense subproblem of the plan's workload (the file was edited, or written by another version)")
+            raise InputError(
+                "plan solution",
+                key,
+                "is not a dense subproblem of the plan's workload (the file was edited, or written by another version)",
+            )
         F = g.scaled(1.0 / d.keys[a][1]).factor(d.store)
         L = sol.query_factor
         if L.ndim != 2 or L.shape[0] != F.shape[0] or L.dtype != np.float64 or not np.all(np.isfinite(L)):
-            raise InputError("plan solution", key, f"holds a query factor of shape {L.shape} ({L.dtype}), expected ({F.shape[0]}, r) finite float64")
+            raise InputError(
+                "plan solution",
+                key,
+                f"holds a query factor of shape {L.shape} ({L.dtype}), expected ({F.shape[0]}, r) finite float64",
+            )
         mech = mechanism_from_factor(g.sizes, F, L)
         if losses:
             loss = factor_loss(F, mech)

@@ -34,8 +34,20 @@ from .variances import query_variances, view_variances
 
 log = logging.getLogger(__name__)
 
-__all__ = ["reconstruct", "variances_of", "save_answers", "table_data", "write_csv_tables", "release_tables", "reconstruct_plan_to_file",
-           "released_answers", "has_per_view_tables", "query_variances", "view_variances", "DEFAULT_MAX_ANSWERS"]
+__all__ = [
+    "reconstruct",
+    "variances_of",
+    "save_answers",
+    "table_data",
+    "write_csv_tables",
+    "release_tables",
+    "reconstruct_plan_to_file",
+    "released_answers",
+    "has_per_view_tables",
+    "query_variances",
+    "view_variances",
+    "DEFAULT_MAX_ANSWERS",
+]
 
 DEFAULT_MAX_ANSWERS = 10_000_000
 
@@ -77,24 +89,39 @@ def save_answers(path: str | Path, est, variances=None, *, max_answers: int = DE
         put(g, "family", np.array([v.family for v in views], dtype=object))
         put(g, "weight", np.array([v.weight for v in views], dtype=float))
         if tables:
-            t_offs = np.concatenate([[0], np.cumsum([math.prod(sizes[a] for a in v.attrs) for v in views])]).astype(np.int64)
+            t_offs = np.concatenate([[0], np.cumsum([math.prod(sizes[a] for a in v.attrs) for v in views])]).astype(
+                np.int64
+            )
             put(g, "table_offsets", t_offs)
             ds = g.create_dataset("tables", shape=(int(t_offs[-1]),), dtype="f8", track_times=False)
-            for k, v in progress(enumerate(views), desc="reconstruct", total=len(views)):  # one table in memory at a time
-                ds[t_offs[k]:t_offs[k + 1]] = require_finite(est.table(v.attrs), "answers", f"table of workload view {k}")
+            for k, v in progress(
+                enumerate(views), desc="reconstruct", total=len(views)
+            ):  # one table in memory at a time
+                ds[t_offs[k] : t_offs[k + 1]] = require_finite(
+                    est.table(v.attrs), "answers", f"table of workload view {k}"
+                )
         if write_answers:
             a_offs = np.concatenate([[0], np.cumsum([plan.workload.view_count(v) for v in views])]).astype(np.int64)
             put(g, "answer_offsets", a_offs)
             ans = g.create_dataset("answers", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
             var = None
             for k, v in progress(enumerate(views), desc="answers", total=len(views)):
-                ans[a_offs[k]:a_offs[k + 1]] = require_finite(np.asarray(est.view_answers(v), dtype=float).ravel(), "answers", f"workload view {k}")
+                ans[a_offs[k] : a_offs[k + 1]] = require_finite(
+                    np.asarray(est.view_answers(v), dtype=float).ravel(), "answers", f"workload view {k}"
+                )
                 vv = variances.view(v)
                 if vv is not None:
                     if var is None:
                         var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
-                    var[a_offs[k]:a_offs[k + 1]] = require_finite(np.asarray(vv, dtype=float).ravel(), "variances", f"workload view {k}")
-    log.info("reconstructed %d workload views (%d queries%s)", len(views), n_queries, "" if write_answers else ", tables only")
+                    var[a_offs[k] : a_offs[k + 1]] = require_finite(
+                        np.asarray(vv, dtype=float).ravel(), "variances", f"workload view {k}"
+                    )
+    log.info(
+        "reconstructed %d workload views (%d queries%s)",
+        len(views),
+        n_queries,
+        "" if write_answers else ", tables only",
+    )
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
@@ -135,7 +162,9 @@ def release_tables(plan, records, noise):
     return table_data(reconstruct(plan, measure(plan, records, noise, seeded=noise.seeded)))
 
 
-def reconstruct_plan_to_file(plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None) -> dict:
+def reconstruct_plan_to_file(
+    plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None
+) -> dict:
     """The answers file of a plan of any kind from its measurements file (checked against the plan:
     its digest, one finite vector per measurement), plus per-view CSV tables in ``csv_dir`` where the
     kind has them: a new folder published whole (:func:`querysmasher.atomic.atomic_folder`), never

@@ -14,10 +14,10 @@ or reserved name.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-import importlib
 from importlib.metadata import entry_points
 
 __all__ = ["PluginRegistry", "NAME_PATTERN", "lazy_factory"]

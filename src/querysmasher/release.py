@@ -31,18 +31,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from . import data as record_data  # its functions looked up when called (tests check that none reads records)
 from .accounting import BUDGET_FORMS, NEIGHBOURS, Budget, make_budget
 from .atomic import atomic_folder, check_output, write_json
 from .documents import as_number, read_document
 from .errors import InputError
-from .methods import get_method
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
-from .schema import check_attribute_sizes, parse_schema, Schema
-from .workload import Workload, check_weight, format_weight, parse_workload
-from .plankinds import kind_of, plan_kind
-from . import data as record_data  # its functions looked up when called (tests check that none reads records)
-from .planning import make_plan
+from .methods import get_method
 from .noise import make_noise
+from .plankinds import kind_of, plan_kind
+from .planning import make_plan
+from .schema import Schema, check_attribute_sizes, parse_schema
+from .workload import Workload, check_weight, format_weight, parse_workload
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
@@ -150,7 +150,11 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
 
     kind = plan_kind(m.declared("plan_kind", "plan"))
     if kind is None or not kind.per_view_tables:
-        raise InputError("release spec: method", method, "makes plans without per-view tables (answers only): a release publishes tables")
+        raise InputError(
+            "release spec: method",
+            method,
+            "makes plans without per-view tables (answers only): a release publishes tables",
+        )
     on_invalid = raw.get("on_invalid", "error")
     if on_invalid not in ("error", "drop"):
         raise InputError("release spec: on_invalid", on_invalid, "must be error or drop")
@@ -163,10 +167,19 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     for i, t in enumerate(parsed):  # a table named twice would be measured (and spend budget) twice
         j = seen.setdefault((t.family, frozenset(t.attributes)), i)
         if j != i:
-            raise InputError(f"release spec: tables[{i}]", f"{t.family}: {list(t.attributes)}", f"is the same table as tables[{j}]: name each table once (use weight to give it more accuracy)")
+            raise InputError(
+                f"release spec: tables[{i}]",
+                f"{t.family}: {list(t.attributes)}",
+                f"is the same table as tables[{j}]: name each table once (use weight to give it more accuracy)",
+            )
     return ReleaseSpec(
-        str(base / raw["data"]), str(base / raw["domain"]), parsed,
-        _budget(raw["budget"], neighbours), method, on_invalid, post,
+        str(base / raw["data"]),
+        str(base / raw["domain"]),
+        parsed,
+        _budget(raw["budget"], neighbours),
+        method,
+        on_invalid,
+        post,
     )
 
 
@@ -201,7 +214,11 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     plan = make_plan(schema, workload, spec.method, spec.budget)
     kind = kind_of(plan)
     if not kind.per_view_tables:
-        raise InputError("release spec: method", spec.method, "makes plans without per-view tables (answers only): a release publishes tables")
+        raise InputError(
+            "release spec: method",
+            spec.method,
+            "makes plans without per-view tables (answers only): a release publishes tables",
+        )
     cost = check_plan(plan)  # before any record is read
     noise = make_noise(None, "opendp")
     # the lock is taken before any record is read: a second release into the same folder fails now

@@ -38,8 +38,16 @@ from .plan import Plan
 from .variances import ViewVarianceMemo, query_variances, view_variances
 from .workload import WorkloadView
 
-__all__ = ["residual_measurements", "check_estimable", "Reconstruction", "ResidualVariances", "cells_estimable", "cell_variances",
-           "MAX_EXPLICIT_CELLS", "ESTIMABLE_RTOL"]
+__all__ = [
+    "residual_measurements",
+    "check_estimable",
+    "Reconstruction",
+    "ResidualVariances",
+    "cells_estimable",
+    "cell_variances",
+    "MAX_EXPLICIT_CELLS",
+    "ESTIMABLE_RTOL",
+]
 
 MAX_EXPLICIT_CELLS = 4096  # cell variances through a non-Kronecker residual mechanism: explicit up to this many cells
 CACHE_CELLS = 4096  # residual estimates and tables up to this size are kept: many tables reuse them
@@ -58,7 +66,11 @@ def residual_measurements(plan: Plan) -> list[LinearMeasurement]:
         s2 = float(s2)
         if s2 == math.inf:
             if not float(loss) == 0.0:  # its queries would be answered 0 with variance 0
-                raise InputError("plan sigma2", s2, f"of view {attrs} is infinite but the view has loss {float(loss)!r}: it would go unmeasured")
+                raise InputError(
+                    "plan sigma2",
+                    s2,
+                    f"of view {attrs} is infinite but the view has loss {float(loss)!r}: it would go unmeasured",
+                )
             continue
         if not (math.isfinite(s2) and s2 > 0):
             raise InputError("plan sigma2", s2, f"of view {attrs} must be a positive number (or inf: not measured)")
@@ -66,7 +78,11 @@ def residual_measurements(plan: Plan) -> list[LinearMeasurement]:
             raise InputError("plan view key", key, f"of view {attrs} has no stored mechanism")
         mech = plan.solutions[key].mechanism
         if tuple(mech.sizes) != tuple(sizes[a] for a in attrs):
-            raise InputError("plan mechanism sizes", tuple(mech.sizes), f"do not match view {attrs} of sizes {tuple(sizes[a] for a in attrs)}")
+            raise InputError(
+                "plan mechanism sizes",
+                tuple(mech.sizes),
+                f"do not match view {attrs} of sizes {tuple(sizes[a] for a in attrs)}",
+            )
         if key not in costs:
             costs[key] = mech.applied().cost(neighbours)
         out.append(LinearMeasurement(tuple(attrs), int(mech.outputs), mech.sqrt_apply, "gaussian", s2, costs[key], i))
@@ -87,10 +103,17 @@ def check_estimable(plan: Plan) -> None:
     rng = np.random.default_rng(0)  # a probe of the plan, not of the data
     if is_full_domain_plan(plan):
         mech = plan.solutions[plan.keys[0]].mechanism
-        w = sum(lifted_queries(plan.workload, v, rng.standard_normal(plan.workload.view_count(v))) for v in plan.workload.views)
+        w = sum(
+            lifted_queries(plan.workload, v, rng.standard_normal(plan.workload.view_count(v)))
+            for v in plan.workload.views
+        )
         if not np.linalg.norm(w - mech.pinv_sqrt_apply(mech.sqrt_apply(w))) <= ESTIMABLE_RTOL * np.linalg.norm(w):
-            raise InputError("plan", plan.method, "its full-domain mechanism does not reach the workload's queries: measuring the plan would "
-                             "spend the budget on answers that cannot be given")
+            raise InputError(
+                "plan",
+                plan.method,
+                "its full-domain mechanism does not reach the workload's queries: measuring the plan would "
+                "spend the budget on answers that cannot be given",
+            )
         return
     dec = decompose(plan.workload)
     index = {attrs: i for i, attrs in enumerate(plan.views)}
@@ -101,14 +124,22 @@ def check_estimable(plan: Plan) -> None:
         view = "(" + ",".join(names[a] for a in attrs) + ")"
         i = index.get(attrs)
         if i is None or not np.isfinite(plan.allocation.sigma2[i]):
-            raise InputError("plan", plan.method, f"residual view {view} of the workload is not measured: measuring the plan would spend the budget on "
-                             "answers that cannot be given")
+            raise InputError(
+                "plan",
+                plan.method,
+                f"residual view {view} of the workload is not measured: measuring the plan would spend the budget on "
+                "answers that cannot be given",
+            )
         mech = plan.solutions[plan.keys[i]].mechanism
         g = gram.apply(dec.store, rng.standard_normal(gram.cells))
         outside = np.linalg.norm(g - mech.pinv_sqrt_apply(mech.sqrt_apply(g)))
         if not outside <= ESTIMABLE_RTOL * np.linalg.norm(g):
-            raise InputError("plan", plan.method, f"the mechanism of residual view {view} does not reach the workload's queries on it: measuring "
-                             "the plan would spend the budget on answers that cannot be given")
+            raise InputError(
+                "plan",
+                plan.method,
+                f"the mechanism of residual view {view} does not reach the workload's queries on it: measuring "
+                "the plan would spend the budget on answers that cannot be given",
+            )
 
 
 def _lift(x: np.ndarray, sub: tuple[int, ...], attrs: tuple[int, ...], sizes_all: tuple[int, ...]) -> np.ndarray:
@@ -200,7 +231,10 @@ def cells_estimable(plan: Plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
             need = math.prod(sizes[a] - 1 for a in sub)
             got = plan.solutions[plan.keys[measured[sub]]].mechanism.rank()
             if got < need:
-                return False, f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection"
+                return (
+                    False,
+                    f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection",
+                )
     return True, ""
 
 
@@ -211,7 +245,11 @@ def cell_variances(plan: Plan, attrs: tuple[int, ...]) -> np.ndarray | None:
     # view_variances is factor-wise for kron residual views and explicit (sub-view cells squared) otherwise.
     subs = {s for r in range(len(attrs) + 1) for s in itertools.combinations(attrs, r)}
     for i, a in enumerate(plan.views):
-        if a in subs and np.isfinite(plan.allocation.sigma2[i]) and not plan.solutions[plan.keys[i]].mechanism.FACTORWISE:
+        if (
+            a in subs
+            and np.isfinite(plan.allocation.sigma2[i])
+            and not plan.solutions[plan.keys[i]].mechanism.FACTORWISE
+        ):
             if math.prod(plan.schema.sizes[x] for x in a) > MAX_EXPLICIT_CELLS:
                 return None
     return view_variances(plan, WorkloadView(tuple(attrs), "marginal", 1.0, ("marginal",) * len(attrs)))
@@ -236,5 +274,8 @@ class ResidualVariances:
             return None, why
         var = cell_variances(self.plan, tuple(attrs))
         if var is None:
-            return None, f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed"
+            return (
+                None,
+                f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed",
+            )
         return var, ""

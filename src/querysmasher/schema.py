@@ -26,8 +26,14 @@ from typing import Literal
 from .errors import InputError
 
 __all__ = [
-    "Attribute", "Schema", "parse_schema", "BUILTIN_SCHEMAS", "MAX_ATTRIBUTE_SIZE", "check_attribute_sizes",
-    "check_attribute_name", "check_encoding",
+    "Attribute",
+    "Schema",
+    "parse_schema",
+    "BUILTIN_SCHEMAS",
+    "MAX_ATTRIBUTE_SIZE",
+    "check_attribute_sizes",
+    "check_attribute_name",
+    "check_encoding",
 ]
 
 # Planning forms n x n matrices per attribute (Grams, mechanism factors): 5,000 is 200 MB each.
@@ -65,7 +71,9 @@ def check_attribute_name(name) -> None:
     if name != name.strip():
         raise InputError("attribute name", name, "starts or ends with a space")
     if GRAMMAR_CHARACTERS & set(name):
-        raise InputError("attribute name", name, "must not hold any of ( ) , + @ [ ] (the workload grammar's characters)")
+        raise InputError(
+            "attribute name", name, "must not hold any of ( ) , + @ [ ] (the workload grammar's characters)"
+        )
 
 
 @dataclass(frozen=True)
@@ -120,21 +128,26 @@ class Schema:
         try:
             return self.names.index(name)
         except ValueError:
-            raise InputError("attribute", name, f"not in schema {self.name!r} (attributes: {', '.join(self.names)})") from None
+            raise InputError(
+                "attribute", name, f"not in schema {self.name!r} (attributes: {', '.join(self.names)})"
+            ) from None
 
     def domain_cells(self) -> int:
         """Number of cells of the full domain (may be astronomically large; never materialised)."""
         return math.prod(self.sizes)
 
-    def all_numeric(self) -> "Schema":
+    def all_numeric(self) -> Schema:
         """The same schema with every attribute numeric (the paper's Table 3 setting)."""
         return Schema(self.name + "+numeric", tuple(Attribute(a.name, a.size, "numeric") for a in self.attributes))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "attributes": [{"name": a.name, "size": a.size, "kind": a.kind} for a in self.attributes]}
+        return {
+            "name": self.name,
+            "attributes": [{"name": a.name, "size": a.size, "kind": a.kind} for a in self.attributes],
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Schema":
+    def from_dict(cls, d: dict) -> Schema:
         return cls(d["name"], tuple(Attribute(a["name"], int(a["size"]), a["kind"]) for a in d["attributes"]))
 
 
@@ -147,7 +160,11 @@ def check_attribute_sizes(schema: Schema, attrs=None, limit: int = MAX_ATTRIBUTE
     for i in range(len(schema)) if attrs is None else sorted(set(attrs)):
         a = schema.attributes[i]
         if a.size > limit:
-            raise InputError(f"size of attribute {a.name!r}", a.size, f"is above {limit:,}: planning forms {a.size:,} x {a.size:,} matrices per attribute; coarsen it (fewer bins)")
+            raise InputError(
+                f"size of attribute {a.name!r}",
+                a.size,
+                f"is above {limit:,}: planning forms {a.size:,} x {a.size:,} matrices per attribute; coarsen it (fewer bins)",
+            )
 
 
 def _build(name: str, numeric: list[tuple[str, int]], categorical: list[tuple[str, int]]) -> Schema:
@@ -161,16 +178,29 @@ BUILTIN_SCHEMAS: dict[str, Schema] = {
         "adult",
         [("fnlwgt", 100), ("capital-gain", 100), ("capital-loss", 100), ("hours-per-week", 99), ("age", 85)],
         [
-            ("native-country", 42), ("education-num", 16), ("occupation", 15), ("workclass", 9),
-            ("marital-status", 7), ("relationship", 6), ("race", 5), ("sex", 2), ("income>50K", 2),
+            ("native-country", 42),
+            ("education-num", 16),
+            ("occupation", 15),
+            ("workclass", 9),
+            ("marital-status", 7),
+            ("relationship", 6),
+            ("race", 5),
+            ("sex", 2),
+            ("income>50K", 2),
         ],
     ),
     "loans": _build(
         "loans",
         [("loan_amnt", 101), ("int_rate", 101), ("annual_inc", 101), ("installment", 101)],
         [
-            ("state", 51), ("sub_grade", 36), ("purpose", 15), ("grade", 8), ("home_ownership", 6),
-            ("loan_status", 5), ("settlement_status", 4), ("term", 3),
+            ("state", 51),
+            ("sub_grade", 36),
+            ("purpose", 15),
+            ("grade", 8),
+            ("home_ownership", 6),
+            ("loan_status", 5),
+            ("settlement_status", 4),
+            ("term", 3),
         ],
     ),
 }
@@ -243,8 +273,11 @@ def _schema_from_mapping(name: str, mapping: object) -> Schema:
             size = implied if spec.get("size") is None else spec["size"]
             if implied is not None and size != implied:
                 given = "categories" if "categories" in spec else "bins"
-                raise InputError(f"schema file {name}: size of attribute {attr!r}", size,
-                                 f"does not match the size {implied} its {given} give")
+                raise InputError(
+                    f"schema file {name}: size of attribute {attr!r}",
+                    size,
+                    f"does not match the size {implied} its {given} give",
+                )
             kind = spec.get("kind", "categorical" if "categories" in spec else "numeric")
         else:
             size, kind = spec, "numeric"
@@ -265,7 +298,9 @@ def parse_schema(spec: str, *, all_numeric: bool = False) -> Schema:
     elif spec.startswith("synthetic"):
         m = _SYNTHETIC.match(spec)
         if not m:
-            raise InputError("schema", spec, "synthetic schemas are written synthetic:n=N,d=D (e.g. synthetic:n=10,d=40)")
+            raise InputError(
+                "schema", spec, "synthetic schemas are written synthetic:n=N,d=D (e.g. synthetic:n=10,d=40)"
+            )
         n, d = int(m.group(1)), int(m.group(2))
         if n < 1 or d < 1:
             raise InputError("schema", spec, "n and d must be >= 1")
@@ -276,7 +311,9 @@ def parse_schema(spec: str, *, all_numeric: bool = False) -> Schema:
         path = Path(spec)
         if not path.is_file():
             raise InputError(
-                "schema", spec, f"not a built-in schema ({', '.join(BUILTIN_SCHEMAS)}), not synthetic:n=N,d=D, and no such file"
+                "schema",
+                spec,
+                f"not a built-in schema ({', '.join(BUILTIN_SCHEMAS)}), not synthetic:n=N,d=D, and no such file",
             )
         schema = _schema_from_mapping(spec, read_document(path, "schema file"))
     return schema.all_numeric() if all_numeric else schema

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 
 from .atomic import atomic_path, write_json
+from .errors import InputError
 from .families import count_1d
 from .filenames import distinct_file_names
 from .workload import WorkloadView
-from .errors import InputError
 
 __all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
 
@@ -49,7 +49,11 @@ def check_table_columns(schema, field: str = "domain") -> None:
     """
     for name in schema.names:
         if name in VALUE_COLUMNS:
-            raise InputError(f"{field} attribute", name, f"is the name of a column of the table files ({', '.join(VALUE_COLUMNS)}): rename the attribute")
+            raise InputError(
+                f"{field} attribute",
+                name,
+                f"is the name of a column of the table files ({', '.join(VALUE_COLUMNS)}): rename the attribute",
+            )
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -91,8 +95,16 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
     return frame
 
 
-def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: float | None, postprocessed: bool = False,
-                      max_answers: int = 1_000_000) -> dict:
+def write_table_files(
+    folder: str | Path,
+    plan,
+    tables,
+    view_answers,
+    *,
+    total: float | None,
+    postprocessed: bool = False,
+    max_answers: int = 1_000_000,
+) -> dict:
     """The publishable files of a plan of any kind: ``tables`` is one (attrs, cell
     estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
     (workload view, callable -> (answers, variances)) per workload view in the workload's order
@@ -125,8 +137,10 @@ def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: 
         index["tables"].append(entry)
     view_answers = list(view_answers)
     if view_answers:
-        answer_files = distinct_file_names((v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
-                                           for k, (v, _) in enumerate(view_answers))
+        answer_files = distinct_file_names(
+            (v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
+            for k, (v, _) in enumerate(view_answers)
+        )
         for k, (v, compute) in enumerate(view_answers):
             n = plan.workload.view_count(v)
             name = answer_files[k]
@@ -137,7 +151,9 @@ def write_table_files(folder: str | Path, plan, tables, view_answers, *, total: 
             _write_csv(_answers_frame(plan, v, *compute()), path)
             index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
     if postprocessed:
-        index["postprocessed_note"] = ("non-negative integer counts, each table rescaled to the estimated total; biased, "
-                                       "for display only; the unbiased estimates with standard errors are the tables above")
+        index["postprocessed_note"] = (
+            "non-negative integer counts, each table rescaled to the estimated total; biased, "
+            "for display only; the unbiased estimates with standard errors are the tables above"
+        )
     write_json(folder / "tables.json", index)
     return index

@@ -28,15 +28,31 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+
 from .errors import InputError
 
 __all__ = [
-    "ENV_VARS", "BLAS_THREADED_CELLS", "budget", "cap_process", "limited", "at_most", "parallel_map", "check_threads",
-    "available_cores", "cap_to_cores",
+    "ENV_VARS",
+    "BLAS_THREADED_CELLS",
+    "budget",
+    "cap_process",
+    "limited",
+    "at_most",
+    "parallel_map",
+    "check_threads",
+    "available_cores",
+    "cap_to_cores",
 ]
 
 # every variable a BLAS or OpenMP runtime numpy/scipy may load reads for its pool size
-ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 # views of at least this many cells are worth BLAS threads (c x c eigendecompositions and products);
 # smaller ones run a thread each, several at a time (below it one thread is as fast, and faster on a
@@ -151,14 +167,21 @@ def parallel_map(fn: Callable, items: Iterable, *, min_items: int = 2) -> Iterat
     workers = min(budget(), len(items))
     import multiprocessing as mp  # import querysmasher.cli stays fast
 
-    if workers < 2 or len(items) < min_items or "fork" not in mp.get_all_start_methods() or mp.parent_process() is not None:
+    if (
+        workers < 2
+        or len(items) < min_items
+        or "fork" not in mp.get_all_start_methods()
+        or mp.parent_process() is not None
+    ):
         yield from map(fn, items)
         return
     from concurrent.futures import ProcessPoolExecutor  # import querysmasher.cli stays fast
 
     _parallel_task = fn
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"), initializer=_worker_start) as pool:
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=mp.get_context("fork"), initializer=_worker_start
+        ) as pool:
             yield from pool.map(_run_task, items)
     finally:
         _parallel_task = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import OrderedDict
 
 import numpy as np
 
@@ -19,16 +20,15 @@ from .decompose import subquery_matrix, view_query_matrix
 from .families import query_matrix_1d
 from .fulldomain import is_full_domain_plan, plan_query_variances, plan_view_variances
 from .workload import WorkloadView
-from collections import OrderedDict
 
 __all__ = ["query_variances", "view_variances", "ViewVarianceMemo"]
 
 
-def _measured(plan: "Plan") -> dict[tuple[int, ...], int]:
+def _measured(plan: Plan) -> dict[tuple[int, ...], int]:  # noqa: F821  (the plan record lives a layer above)
     return {a: i for i, a in enumerate(plan.views) if np.isfinite(plan.allocation.sigma2[i])}
 
 
-def query_variances(plan: "Plan", attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:
+def query_variances(plan: Plan, attrs: tuple[int, ...], queries: np.ndarray) -> np.ndarray:  # noqa: F821  (the plan record lives a layer above)
     """Variance of the answer to each explicit query row over the cells of ``attrs`` (no data)."""
     if is_full_domain_plan(plan):
         return plan_query_variances(plan, attrs, queries)
@@ -47,7 +47,7 @@ def query_variances(plan: "Plan", attrs: tuple[int, ...], queries: np.ndarray) -
     return out
 
 
-def view_variances(plan: "Plan", v: WorkloadView) -> np.ndarray:
+def view_variances(plan: Plan, v: WorkloadView) -> np.ndarray:  # noqa: F821  (the plan record lives a layer above)
     """Variances of every query of a workload view. For product families the Kronecker query rows
     are never formed (:meth:`~querysmasher.mechanisms.ViewMechanism.kron_rows_pinv_quadratic`);
     other families use their explicit rows."""
@@ -80,7 +80,7 @@ def view_variances(plan: "Plan", v: WorkloadView) -> np.ndarray:
     return out
 
 
-def _query_identity(plan: "Plan", v: WorkloadView):
+def _query_identity(plan: Plan, v: WorkloadView):  # noqa: F821  (the plan record lives a layer above)
     """What fixes a view's query rows, given its attribute sizes: the 1-D factors, the pair family,
     or (random, custom) the view itself."""
     sizes = tuple(plan.schema.sizes[a] for a in v.attrs)
@@ -108,7 +108,7 @@ class ViewVarianceMemo:
     (1, 5)
     """
 
-    def __init__(self, plan: "Plan", max_bytes: int = 256 << 20):
+    def __init__(self, plan: Plan, max_bytes: int = 256 << 20):  # noqa: F821  (the plan record lives a layer above)
         self.plan = plan
         self.max_bytes = int(max_bytes)
         self._measured = _measured(plan)

@@ -40,9 +40,21 @@ from .families import BASIC_1D, FAMILIES, PAIR_FAMILIES, count_1d, pair_count
 from .schema import Schema
 
 __all__ = [
-    "FamilyTerm", "WorkloadView", "Workload", "parse_workload", "CustomQueries", "load_custom",
-    "WORKLOAD_FILE_SUFFIXES", "is_workload_file", "workload_file_spec", "workload_input_files",
-    "MIN_WEIGHT", "MAX_WEIGHT", "check_weight", "format_weight", "MAX_CUSTOM_BYTES",
+    "FamilyTerm",
+    "WorkloadView",
+    "Workload",
+    "parse_workload",
+    "CustomQueries",
+    "load_custom",
+    "WORKLOAD_FILE_SUFFIXES",
+    "is_workload_file",
+    "workload_file_spec",
+    "workload_input_files",
+    "MIN_WEIGHT",
+    "MAX_WEIGHT",
+    "check_weight",
+    "format_weight",
+    "MAX_CUSTOM_BYTES",
 ]
 
 _TERM = re.compile(r"^(?P<family>[a-z]+)(?:\[(?P<opts>[^\]]*)\])?:(?P<body>[^@]+?)(?:@(?P<weight>[^@()]+))?$")
@@ -82,8 +94,11 @@ def _check_npz_sizes(z, path: str) -> None:
             shape, _, dtype = reader(fp)
         claimed = math.prod(shape) * max(dtype.itemsize, 8)
         if claimed > MAX_CUSTOM_BYTES:
-            raise InputError("custom workload file", path, f"member {member!r} claims shape {shape}: "
-                                                           f"{claimed:,} bytes as float64, above {MAX_CUSTOM_BYTES:,}")
+            raise InputError(
+                "custom workload file",
+                path,
+                f"member {member!r} claims shape {shape}: {claimed:,} bytes as float64, above {MAX_CUSTOM_BYTES:,}",
+            )
 
 
 def load_custom(path: str) -> CustomQueries:
@@ -132,7 +147,9 @@ class FamilyTerm:
             s = f"custom:{self.path}"
         else:
             opts = f"[seed={self.seed}]" if self.family == "random" else ""
-            body = ",".join(f"({','.join(sub)})" for sub in self.subsets) if self.subsets else ",".join(map(str, self.ks))
+            body = (
+                ",".join(f"({','.join(sub)})" for sub in self.subsets) if self.subsets else ",".join(map(str, self.ks))
+            )
             s = f"{self.family}{opts}:{body}"
         return s if self.weight == 1.0 else f"{s}@{format_weight(self.weight)}"
 
@@ -236,7 +253,7 @@ def _parse_subsets(text: str, fail: _Fail, schema: Schema) -> tuple[tuple[str, .
 def _parse_term(text: str, fail: _Fail, schema: Schema) -> FamilyTerm:
     text = text.strip()
     if text.startswith("custom:"):
-        path, _, w = text[len("custom:"):].partition("@")
+        path, _, w = text[len("custom:") :].partition("@")
         return FamilyTerm("custom", (), check_weight(w, fail) if w else 1.0, path=path)
     m = _TERM.match(text)
     if not m:
@@ -330,6 +347,7 @@ def is_workload_file(spec: str) -> bool:
 
 def _file_term(entry: object, where: str, base: Path) -> str:
     """One entry of a workload file as a term of the grammar."""
+
     def fail(reason: str) -> InputError:
         return InputError(where, entry, reason)
 
@@ -406,7 +424,9 @@ def workload_file_spec(path: str) -> str:
     >>> os.unlink(f.name)
     """
     base = Path(path).parent
-    return "+".join(_file_term(e, f"workload file {path} term {i + 1}", base) for i, e in enumerate(_file_entries(path)))
+    return "+".join(
+        _file_term(e, f"workload file {path} term {i + 1}", base) for i, e in enumerate(_file_entries(path))
+    )
 
 
 def workload_input_files(spec: str) -> list[str]:
@@ -420,7 +440,7 @@ def workload_input_files(spec: str) -> list[str]:
     for term in _split_terms(spec):
         term = term.strip()
         if term.startswith("custom:"):
-            files.append(term[len("custom:"):].partition("@")[0])
+            files.append(term[len("custom:") :].partition("@")[0])
     return files
 
 
@@ -439,7 +459,9 @@ def parse_workload(spec: str, schema: Schema, custom: dict[str, CustomQueries] |
         entries = _file_entries(spec)
         base = Path(spec).parent
         texts = [_file_term(e, f"workload file {spec} term {i + 1}", base) for i, e in enumerate(entries)]
-        terms = tuple(_parse_term(t, _failer("", t, f"workload file {spec} term {i + 1}"), schema) for i, t in enumerate(texts))
+        terms = tuple(
+            _parse_term(t, _failer("", t, f"workload file {spec} term {i + 1}"), schema) for i, t in enumerate(texts)
+        )
     else:
         terms = tuple(_parse_term(t, _failer(spec, t.strip()), schema) for t in _split_terms(spec))
     views: list[WorkloadView] = []
@@ -451,10 +473,18 @@ def parse_workload(spec: str, schema: Schema, custom: dict[str, CustomQueries] |
             if len(set(attrs)) != len(attrs):
                 raise InputError("custom workload file", t.path, "names an attribute twice")
             if [schema.names[i] for i in attrs] != list(cq.attributes):
-                raise InputError("custom workload file", t.path, f"attributes must be in schema order: {[schema.names[i] for i in attrs]}")
+                raise InputError(
+                    "custom workload file",
+                    t.path,
+                    f"attributes must be in schema order: {[schema.names[i] for i in attrs]}",
+                )
             cells = math.prod(schema.sizes[i] for i in attrs)
             if cq.queries.shape[1] != cells:
-                raise InputError("custom workload file", t.path, f"queries have {cq.queries.shape[1]} columns, the view has {cells} cells")
+                raise InputError(
+                    "custom workload file",
+                    t.path,
+                    f"queries have {cq.queries.shape[1]} columns, the view has {cells} cells",
+                )
             views.append(WorkloadView(attrs, "custom", t.weight, term=ti))
             continue
         if t.subsets:

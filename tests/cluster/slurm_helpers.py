@@ -24,8 +24,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLURM_PROFILE = REPO_ROOT / "profiles" / "slurm"
@@ -38,9 +38,7 @@ _USABLE_STATES = ("idle", "mixed")
 def _run(cmd: Sequence[str], timeout_s: int = 15) -> subprocess.CompletedProcess:
     """Run a short cluster command, bounded by ``timeout -s INT``."""
     full = ["timeout", "-s", "INT", "-k", "5", str(timeout_s), *cmd]
-    return subprocess.run(
-        full, capture_output=True, text=True, timeout=timeout_s + 15, check=False
-    )
+    return subprocess.run(full, capture_output=True, text=True, timeout=timeout_s + 15, check=False)
 
 
 def cluster_status(partition: str = PARTITION) -> tuple[bool, str]:
@@ -94,8 +92,7 @@ def cancel_jobs_under(workdir: os.PathLike | str) -> list[str]:
     Returns the cancelled job ids.
     """
     workdir = str(Path(workdir).resolve())
-    proc = _run(["squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING",
-                 "-o", "%i|%Z"])
+    proc = _run(["squeue", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING", "-o", "%i|%Z"])
     ids = []
     for line in proc.stdout.splitlines():
         jid, _, wd = line.partition("|")
@@ -124,19 +121,32 @@ def run_snakemake_on_slurm(
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [
-        "timeout", "-s", "INT", "-k", "60", str(timeout),
+        "timeout",
+        "-s",
+        "INT",
+        "-k",
+        "60",
+        str(timeout),
         "snakemake",
-        "--profile", str(profile),
-        "-d", str(workdir),
-        "-s", str(Path(snakefile).resolve()),
+        "--profile",
+        str(profile),
+        "-d",
+        str(workdir),
+        "-s",
+        str(Path(snakefile).resolve()),
         *map(str, extra_args),
     ]
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("PYTHONUNBUFFERED", "1")
     try:
         proc = subprocess.run(
-            cmd, cwd=workdir, env=run_env, capture_output=True, text=True,
-            timeout=timeout + 120, check=False,
+            cmd,
+            cwd=workdir,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout + 120,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:  # timeout(1) itself got stuck
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -144,14 +154,12 @@ def run_snakemake_on_slurm(
         proc = subprocess.CompletedProcess(cmd, 124, out, err)
     log = workdir / "snakemake_slurm.log"
     log.write_text(
-        "$ " + " ".join(cmd) + f"\n# exit code {proc.returncode}\n"
-        + (proc.stdout or "") + (proc.stderr or "")
+        "$ " + " ".join(cmd) + f"\n# exit code {proc.returncode}\n" + (proc.stdout or "") + (proc.stderr or "")
     )
     if proc.returncode in (124, 137):
         cancelled = cancel_jobs_under(workdir)
         proc.stderr = (proc.stderr or "") + (
-            f"\n[slurm_helpers] snakemake timed out after {timeout}s; "
-            f"cancelled SLURM jobs: {cancelled or 'none'}\n"
+            f"\n[slurm_helpers] snakemake timed out after {timeout}s; cancelled SLURM jobs: {cancelled or 'none'}\n"
         )
     return proc
 

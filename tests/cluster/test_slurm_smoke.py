@@ -10,7 +10,6 @@ import json
 import textwrap
 
 import pytest
-
 from slurm_helpers import assert_snakemake_ok, run_snakemake_on_slurm, slurm_job_info
 
 pytestmark = pytest.mark.cluster
@@ -105,9 +104,7 @@ def test_snakemake_runs_jobs_through_slurm(slurm_cluster, tmp_path):
     snakefile = tmp_path / "Snakefile"
     snakefile.write_text(SNAKEFILE)
 
-    proc = run_snakemake_on_slurm(
-        tmp_path, snakefile, extra_args=["--config", f"n_parts={N_PARTS}"], timeout=600
-    )
+    proc = run_snakemake_on_slurm(tmp_path, snakefile, extra_args=["--config", f"n_parts={N_PARTS}"], timeout=600)
     assert_snakemake_ok(proc)
 
     # all outputs exist

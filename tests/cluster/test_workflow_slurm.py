@@ -29,7 +29,9 @@ release: true
 def test_real_workflow_runs_on_slurm(slurm_cluster, tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(TINY)
-    proc = run_snakemake_on_slurm(tmp_path, REPO_ROOT / "workflow" / "Snakefile", extra_args=["--configfile", str(cfg)], timeout=1500)
+    proc = run_snakemake_on_slurm(
+        tmp_path, REPO_ROOT / "workflow" / "Snakefile", extra_args=["--configfile", str(cfg)], timeout=1500
+    )
     assert_snakemake_ok(proc)
     log = proc.stdout + proc.stderr
     assert "SLURM" in log and "jobid" in log.lower()  # jobs were submitted to the cluster, not run locally

@@ -1,9 +1,9 @@
 """The plugin passes querysmasher's solver contract kit."""
 
 import pytest
+from qs_plugin_example import ScaledIdentitySolver
 
 from querysmasher.testing import check_solver
-from qs_plugin_example import ScaledIdentitySolver
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.5])

@@ -65,14 +65,20 @@ def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | L
     sizes = tuple(int(n) for n in r.array(g, "sizes", kind="i", ndim=1, lo=1))
     cells = schema.domain_cells()
     if sizes != schema.sizes and sizes != (cells,):
-        raise r.bad(g, "sizes", list(sizes), f"must be the schema's sizes {list(schema.sizes)} or the full domain [{cells}]")
+        raise r.bad(
+            g, "sizes", list(sizes), f"must be the schema's sizes {list(schema.sizes)} or the full domain [{cells}]"
+        )
     mats = r.child(g, "mats", group=True)
     if len(r.indexed_members(mats, "one factor list per attribute")) != len(sizes):
         raise r.bad(mats, "", len(r.members(mats)), f"must hold one factor list per attribute ({len(sizes)})")
     factors = []
     for i, n in enumerate(sizes):
         a = r.child(mats, str(i), group=True)
-        factors.append(tuple(r.array(a, h, kind="f", shape=(None, n) if laplace else (n, n)) for h in r.indexed_members(a, "factors")))
+        factors.append(
+            tuple(
+                r.array(a, h, kind="f", shape=(None, n) if laplace else (n, n)) for h in r.indexed_members(a, "factors")
+            )
+        )
     index = r.array(g, "index", kind="i", shape=(None, len(sizes)), lo=0)
     for i, fs in enumerate(factors):
         if index.size and index[:, i].max() >= len(fs):
@@ -81,7 +87,11 @@ def _get_strategy(g: h5py.Group, noise: str, schema: Schema) -> KronStrategy | L
     if not len(weights):
         raise r.bad(g, "weights", [], "a strategy has at least one block")
     try:
-        return LaplaceStrategy(sizes, tuple(factors), index, weights) if laplace else KronStrategy(sizes, tuple(factors), index, weights)
+        return (
+            LaplaceStrategy(sizes, tuple(factors), index, weights)
+            if laplace
+            else KronStrategy(sizes, tuple(factors), index, weights)
+        )
     except ValueError as exc:
         raise r.bad(g, "mats", g.name, f"is not a valid strategy: {exc}") from None
 
@@ -96,7 +106,11 @@ def save_hdmm_plan(plan: HDMMPlan, path: str | Path) -> None:
         f.attrs["template"] = plan.template
         f.attrs["seconds"] = plan.seconds
         put_json(f, "templates", list(plan.templates))
-        put_json(f, "candidates", {k: {"total_variance": c.total_variance, "seconds": c.seconds} for k, c in plan.candidates.items()})
+        put_json(
+            f,
+            "candidates",
+            {k: {"total_variance": c.total_variance, "seconds": c.seconds} for k, c in plan.candidates.items()},
+        )
         f.attrs["total_variance"] = plan.total_variance
         groups = new_group(f, "groups")
         for gi, grp in enumerate(plan.groups):
@@ -110,7 +124,14 @@ def _refuse(path, reason: str) -> InputError:
     return InputError("hdmm plan file", str(path), reason)
 
 
-def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strategy: KronStrategy | LaplaceStrategy, several: bool, recorded: float) -> HDMMGroup:
+def _verified_group(
+    path,
+    implicit: ImplicitWorkload,
+    views: np.ndarray,
+    strategy: KronStrategy | LaplaceStrategy,
+    several: bool,
+    recorded: float,
+) -> HDMMGroup:
     """The group, after checking the stored strategy's privacy cost and recomputing its error."""
     laplace = isinstance(strategy, LaplaceStrategy)
     for i, fs in enumerate(() if laplace else strategy.mats):
@@ -130,7 +151,9 @@ def _verified_group(path, implicit: ImplicitWorkload, views: np.ndarray, strateg
     elif strategy.sizes == (implicit.cells,) and len(views) == len(implicit):  # explicit OPT_0 over the full domain
         answered = implicit.merged()
     else:
-        raise _refuse(path, f"a stored strategy has attribute sizes {strategy.sizes}, not the schema's {implicit.sizes}")
+        raise _refuse(
+            path, f"a stored strategy has attribute sizes {strategy.sizes}, not the schema's {implicit.sizes}"
+        )
     error = float(strategy.term_variances(answered).sum())
     if not np.isclose(error, recorded, rtol=VERIFY_RTOL, atol=0):
         raise _refuse(path, f"a stored strategy's expected error {error!r} differs from the recorded {recorded!r}")
@@ -141,19 +164,48 @@ def _read_run(f) -> dict:
     """The template search's record (templates, winner, candidates) and the run's seed, restarts,
     and seconds, every field checked."""
     templates = r.json_attr(f, "templates", list)
-    if not templates or any(not isinstance(t, str) or t not in TEMPLATES for t in templates) or len(set(templates)) != len(templates):
-        raise r.bad(f, "templates", templates, f"must be a non-empty list of distinct templates from {', '.join(TEMPLATES)}", attr=True)
+    if (
+        not templates
+        or any(not isinstance(t, str) or t not in TEMPLATES for t in templates)
+        or len(set(templates)) != len(templates)
+    ):
+        raise r.bad(
+            f,
+            "templates",
+            templates,
+            f"must be a non-empty list of distinct templates from {', '.join(TEMPLATES)}",
+            attr=True,
+        )
     stored = r.json_attr(f, "candidates")
     candidates = {}
-    for name in sorted(stored, key=lambda k: TEMPLATES.index(k) if k in TEMPLATES else len(TEMPLATES)):  # the search's order
+    for name in sorted(
+        stored, key=lambda k: TEMPLATES.index(k) if k in TEMPLATES else len(TEMPLATES)
+    ):  # the search's order
         if name not in templates:
-            raise r.bad(f, "candidates", sorted(stored), f"has a candidate {name!r} that is not among the requested templates {templates}", attr=True)
+            raise r.bad(
+                f,
+                "candidates",
+                sorted(stored),
+                f"has a candidate {name!r} that is not among the requested templates {templates}",
+                attr=True,
+            )
         c = stored[name]
         if not isinstance(c, dict):
-            raise r.bad(f, "candidates", c, f"candidate {name!r} must be an object with total_variance and seconds", attr=True)
-        candidates[name] = Candidate(float(r.json_number(f, "candidates", c, "total_variance", lo=0)), float(r.json_number(f, "candidates", c, "seconds", lo=0)))
-    return {"template": r.text(f, "template"), "candidates": candidates, "templates": tuple(templates),
-            "seed": r.integer(f, "seed"), "restarts": r.integer(f, "restarts", lo=0), "seconds": r.number(f, "seconds", lo=0.0)}
+            raise r.bad(
+                f, "candidates", c, f"candidate {name!r} must be an object with total_variance and seconds", attr=True
+            )
+        candidates[name] = Candidate(
+            float(r.json_number(f, "candidates", c, "total_variance", lo=0)),
+            float(r.json_number(f, "candidates", c, "seconds", lo=0)),
+        )
+    return {
+        "template": r.text(f, "template"),
+        "candidates": candidates,
+        "templates": tuple(templates),
+        "seed": r.integer(f, "seed"),
+        "restarts": r.integer(f, "restarts", lo=0),
+        "seconds": r.number(f, "seconds", lo=0.0),
+    }
 
 
 def load_hdmm_plan(path: str | Path) -> HDMMPlan:
@@ -163,7 +215,10 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
         version = r.integer(f, "hdmm_plan_format", default=1)
         if version != HDMM_PLAN_FORMAT:
             held = "does not store the strategy" if version == 1 else "does not record the template search"
-            raise _refuse(path, f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'")
+            raise _refuse(
+                path,
+                f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'",
+            )
         noise = r.text(f, "noise", choices=("gaussian", "laplace"))
         head = read_plan_header(f, methods=("hdmm",), pure=noise == "laplace", neighbours=("add-remove",))
         schema, workload, budget = head.schema, head.workload, head.budget
@@ -176,7 +231,9 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
             g = r.child(stored, gi, group=True)
             strategy = _get_strategy(r.child(g, "strategy", group=True), noise, schema)
             views = r.array(g, "views", kind="i", ndim=1, lo=0, hi=len(implicit) - 1)
-            groups.append(_verified_group(path, implicit, views, strategy, len(names) > 1, r.number(g, "error", lo=0.0)))
+            groups.append(
+                _verified_group(path, implicit, views, strategy, len(names) > 1, r.number(g, "error", lo=0.0))
+            )
         run = _read_run(f)
         plan = HDMMPlan(schema, workload, budget, run.pop("template"), tuple(groups), **run, notes=head.notes)
         recorded = r.number(f, "total_variance", lo=0.0)
@@ -195,7 +252,10 @@ def _check_winner(path, plan: HDMMPlan) -> None:
     if won is None:
         raise _refuse(path, f"its template {plan.template!r} is not among its candidates {sorted(plan.candidates)}")
     if not np.isclose(won.total_variance, plan.total_variance, rtol=VERIFY_RTOL, atol=0):
-        raise _refuse(path, f"template {plan.template!r} is recorded with total variance {won.total_variance!r}, its strategy has {plan.total_variance!r}")
+        raise _refuse(
+            path,
+            f"template {plan.template!r} is recorded with total variance {won.total_variance!r}, its strategy has {plan.total_variance!r}",
+        )
     # either side of a tie to rounding is accepted (best_template breaks it by template order)
     lower = [k for k, c in plan.candidates.items() if c.total_variance < won.total_variance * (1 - TEMPLATE_TIE_RTOL)]
     if lower:

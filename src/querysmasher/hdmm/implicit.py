@@ -99,11 +99,15 @@ class ImplicitWorkload:
     labels: tuple[int, ...]  # the spec term (``+``-separated) each term comes from
 
     @classmethod
-    def from_workload(cls, workload: Workload) -> "ImplicitWorkload":
+    def from_workload(cls, workload: Workload) -> ImplicitWorkload:
         """One term per workload view; non-product families have no Kronecker form (InputError)."""
         bad = sorted({t.spec() for t in workload.terms if t.family in ("affine", "abs", "random", "custom")})
         if bad:
-            raise InputError("method", "hdmm", f"does not support non-product families (affine, abs, random, custom): {', '.join(bad)}")
+            raise InputError(
+                "method",
+                "hdmm",
+                f"does not support non-product families (affine, abs, random, custom): {', '.join(bad)}",
+            )
         sizes = workload.schema.sizes
         used: list[dict[str, int]] = [{TOTAL: 0} for _ in sizes]
         index = np.zeros((len(workload.views), len(sizes)), dtype=np.int64)
@@ -111,8 +115,17 @@ class ImplicitWorkload:
             for a, f in zip(v.attrs, v.factors):
                 index[j, a] = used[a].setdefault(f, len(used[a]))
         names = tuple(tuple(u) for u in used)
-        grams = tuple(tuple(np.ones((n, n)) if f == TOTAL else np.array(gram_1d(f, n)) for f in fs) for fs, n in zip(names, sizes))
-        return cls(sizes, grams, names, index, np.array([v.weight for v in workload.views], dtype=float), tuple(v.term for v in workload.views))
+        grams = tuple(
+            tuple(np.ones((n, n)) if f == TOTAL else np.array(gram_1d(f, n)) for f in fs) for fs, n in zip(names, sizes)
+        )
+        return cls(
+            sizes,
+            grams,
+            names,
+            index,
+            np.array([v.weight for v in workload.views], dtype=float),
+            tuple(v.term for v in workload.views),
+        )
 
     @property
     def cells(self) -> int:
@@ -121,13 +134,22 @@ class ImplicitWorkload:
     def __len__(self) -> int:
         return len(self.weights)
 
-    def subset(self, terms: np.ndarray) -> "ImplicitWorkload":
+    def subset(self, terms: np.ndarray) -> ImplicitWorkload:
         terms = np.asarray(terms, dtype=np.int64)
-        return ImplicitWorkload(self.sizes, self.grams, self.names, self.index[terms], self.weights[terms], tuple(self.labels[t] for t in terms))
+        return ImplicitWorkload(
+            self.sizes,
+            self.grams,
+            self.names,
+            self.index[terms],
+            self.weights[terms],
+            tuple(self.labels[t] for t in terms),
+        )
 
     def active(self) -> list[int]:
         """Attributes on which some term is not the total (the others are best measured by 1^T)."""
-        return [i for i in range(len(self.sizes)) if any(self.names[i][f] != TOTAL for f in np.unique(self.index[:, i]))]
+        return [
+            i for i in range(len(self.sizes)) if any(self.names[i][f] != TOTAL for f in np.unique(self.index[:, i]))
+        ]
 
     def dense_gram(self) -> np.ndarray:
         """The explicit W^T W over the full domain (small domains only)."""
@@ -136,9 +158,11 @@ class ImplicitWorkload:
             g += w * kron_dense([self.grams[i][f] for i, f in enumerate(row)])
         return g
 
-    def merged(self) -> "ImplicitWorkload":
+    def merged(self) -> ImplicitWorkload:
         """The same W^T W as one dense term on one attribute of size ``cells`` (HDMM's explicit OPT_0)."""
-        return ImplicitWorkload((self.cells,), ((self.dense_gram(),),), (("explicit",),), np.zeros((1, 1), dtype=np.int64), np.ones(1), (0,))
+        return ImplicitWorkload(
+            (self.cells,), ((self.dense_gram(),),), (("explicit",),), np.zeros((1, 1), dtype=np.int64), np.ones(1), (0,)
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,15 +180,24 @@ class KronStrategy:
         for fs in self.mats:
             for m in fs:
                 diag = np.diag(m)
-                if abs(diag.max() - 1.0) > _UNIT_DIAG_ATOL or (several and not np.allclose(diag, 1.0, rtol=0, atol=_UNIT_DIAG_ATOL)):
-                    raise ValueError("strategy factors need max diagonal 1, and a unit diagonal in a union of blocks (exact privacy cost)")
+                if abs(diag.max() - 1.0) > _UNIT_DIAG_ATOL or (
+                    several and not np.allclose(diag, 1.0, rtol=0, atol=_UNIT_DIAG_ATOL)
+                ):
+                    raise ValueError(
+                        "strategy factors need max diagonal 1, and a unit diagonal in a union of blocks (exact privacy cost)"
+                    )
         if several and not self._blocks_orthogonal():
             raise ValueError("the blocks of a strategy must have mutually orthogonal ranges")
 
     @classmethod
-    def single(cls, factors: tuple[np.ndarray, ...]) -> "KronStrategy":
+    def single(cls, factors: tuple[np.ndarray, ...]) -> KronStrategy:
         """One Kronecker block ⊗ X_i at privacy cost 1."""
-        return cls(tuple(len(f) for f in factors), tuple((f,) for f in factors), np.zeros((1, len(factors)), dtype=np.int64), np.ones(1))
+        return cls(
+            tuple(len(f) for f in factors),
+            tuple((f,) for f in factors),
+            np.zeros((1, len(factors)), dtype=np.int64),
+            np.ones(1),
+        )
 
     def _blocks_orthogonal(self) -> bool:
         # Two Kronecker blocks are orthogonal iff some attribute has factors with M M' = 0.
@@ -185,7 +218,9 @@ class KronStrategy:
         Σ_b κ_b ∏_i max diag(R_i^T R_i), at least max diag(Σ_b A_b^T A_b) whatever the stored
         factors' diagonals (:meth:`privacy_cost` assumes them exact)."""
         diag = [[float(np.einsum("ij,ij->j", root, root).max(initial=0.0)) for root, _ in fs] for fs in self._roots]
-        return float(sum(w * math.prod(diag[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights)))
+        return float(
+            sum(w * math.prod(diag[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights))
+        )
 
     def block_rows(self) -> list[int]:
         """Length of each block's measured vector (every factor's root is square)."""
@@ -226,7 +261,9 @@ class KronStrategy:
 
     def dense(self) -> np.ndarray:
         """The explicit X over the full domain (small domains only)."""
-        return sum(w * kron_dense([self.mats[i][h] for i, h in enumerate(row)]) for row, w in zip(self.index, self.weights))
+        return sum(
+            w * kron_dense([self.mats[i][h] for i, h in enumerate(row)]) for row, w in zip(self.index, self.weights)
+        )
 
     @cached_property
     def _roots(self) -> tuple[tuple[tuple[np.ndarray, np.ndarray], ...], ...]:
@@ -236,7 +273,10 @@ class KronStrategy:
     def answer(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """A x, one vector per block, with A_b = κ_b^½ ⊗_i M_i^½ (so A^T A = X); the release adds
         the noise (:mod:`querysmasher.hdmm.release`)."""
-        return tuple(math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes) for row, w in zip(self.index, self.weights))
+        return tuple(
+            math.sqrt(w) * kron_apply([self._roots[i][h][0] for i, h in enumerate(row)], x, self.sizes)
+            for row, w in zip(self.index, self.weights)
+        )
 
     def pinv_apply(self, v: np.ndarray) -> np.ndarray:
         """X^+ v = Σ_b κ_b^-1 ⊗_i M_i^+ v (the blocks are orthogonal)."""

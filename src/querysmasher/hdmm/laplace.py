@@ -49,7 +49,9 @@ class LaplaceStrategy:
     weights: np.ndarray  # (blocks,) θ_b >= 0
 
     def __post_init__(self) -> None:
-        if len(self.factors) != len(self.sizes) or any(f.ndim != 2 or f.shape[1] != n for fs, n in zip(self.factors, self.sizes) for f in fs):
+        if len(self.factors) != len(self.sizes) or any(
+            f.ndim != 2 or f.shape[1] != n for fs, n in zip(self.factors, self.sizes) for f in fs
+        ):
             raise ValueError("strategy factors must have one column per value of their attribute")
         if not all(_unit_columns(f) for fs in self.factors for f in fs):
             raise ValueError("strategy factors must be non-negative with every column of L1 norm 1 (exact sensitivity)")
@@ -68,9 +70,14 @@ class LaplaceStrategy:
         return None
 
     @classmethod
-    def single(cls, factors: tuple[np.ndarray, ...]) -> "LaplaceStrategy":
+    def single(cls, factors: tuple[np.ndarray, ...]) -> LaplaceStrategy:
         """One Kronecker block ⊗ A_i at sensitivity 1."""
-        return cls(tuple(f.shape[1] for f in factors), tuple((f,) for f in factors), np.zeros((1, len(factors)), dtype=np.int64), np.ones(1))
+        return cls(
+            tuple(f.shape[1] for f in factors),
+            tuple((f,) for f in factors),
+            np.zeros((1, len(factors)), dtype=np.int64),
+            np.ones(1),
+        )
 
     def sensitivity(self) -> float:
         """||A||_1: every column has L1 norm Σ_b θ_b (see the class docstring)."""
@@ -81,7 +88,9 @@ class LaplaceStrategy:
         Σ_b |θ_b| ∏_i (largest column L1 norm of factor i), at least ||A||_1 whatever the columns'
         stored norms (:meth:`sensitivity` assumes them exactly 1)."""
         norms = [[float(np.abs(f).sum(axis=0).max(initial=0.0)) for f in fs] for fs in self.factors]
-        return float(sum(abs(w) * math.prod(norms[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights)))
+        return float(
+            sum(abs(w) * math.prod(norms[i][h] for i, h in enumerate(row)) for row, w in zip(self.index, self.weights))
+        )
 
     def block_rows(self) -> list[int]:
         """Length of each block's answer vector."""
@@ -93,18 +102,34 @@ class LaplaceStrategy:
         if len(self.weights) == 1:
             grams = [f.T @ f for f in (fs[h] for fs, h in zip(self.factors, self.index[0]))]
             scale = [float(np.diag(g).max()) for g in grams]
-            return KronStrategy(self.sizes, tuple((g / s,) for g, s in zip(grams, scale)), np.zeros((1, len(self.sizes)), dtype=np.int64),
-                                np.array([self.weights[0] ** 2 * math.prod(scale)]))
+            return KronStrategy(
+                self.sizes,
+                tuple((g / s,) for g, s in zip(grams, scale)),
+                np.zeros((1, len(self.sizes)), dtype=np.int64),
+                np.array([self.weights[0] ** 2 * math.prod(scale)]),
+            )
         # weighted marginals: S = the attributes whose factor is I; κ_T as in the module docstring
         kinds = [[self._marginal_factor(f) for f in fs] for fs in self.factors]
-        subsets = [frozenset(i for i, h in enumerate(row) if kinds[i][h] == "identity" and self.sizes[i] > 1) for row in self.index]
-        spaces = sorted({frozenset(t) for s in subsets for k in range(len(s) + 1) for t in itertools.combinations(sorted(s), k)}, key=lambda t: (len(t), sorted(t)))
+        subsets = [
+            frozenset(i for i, h in enumerate(row) if kinds[i][h] == "identity" and self.sizes[i] > 1)
+            for row in self.index
+        ]
+        spaces = sorted(
+            {frozenset(t) for s in subsets for k in range(len(s) + 1) for t in itertools.combinations(sorted(s), k)},
+            key=lambda t: (len(t), sorted(t)),
+        )
         kappa = np.zeros(len(spaces))
         for s, theta in zip(subsets, self.weights):
             for b, t in enumerate(spaces):
                 if t <= s:
-                    kappa[b] += theta**2 * math.prod((self.sizes[i] - 1) / self.sizes[i] for i in t) / math.prod(self.sizes[i] for i in s - t)
-        mats = tuple((np.ones((n, n)), centering(n) * (n / (n - 1))) if n > 1 else (np.ones((1, 1)),) for n in self.sizes)
+                    kappa[b] += (
+                        theta**2
+                        * math.prod((self.sizes[i] - 1) / self.sizes[i] for i in t)
+                        / math.prod(self.sizes[i] for i in s - t)
+                    )
+        mats = tuple(
+            (np.ones((n, n)), centering(n) * (n / (n - 1))) if n > 1 else (np.ones((1, 1)),) for n in self.sizes
+        )
         index = np.zeros((len(spaces), len(self.sizes)), dtype=np.int64)
         for b, t in enumerate(spaces):
             index[b, sorted(t)] = 1
@@ -120,11 +145,19 @@ class LaplaceStrategy:
 
     def dense(self) -> np.ndarray:
         """The explicit rows of A over the full domain (small domains only)."""
-        return np.vstack([w * kron_dense([self.factors[i][h] for i, h in enumerate(row)]) for row, w in zip(self.index, self.weights)])
+        return np.vstack(
+            [
+                w * kron_dense([self.factors[i][h] for i, h in enumerate(row)])
+                for row, w in zip(self.index, self.weights)
+            ]
+        )
 
     def answer(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """A x, one vector per block (noise is added by the caller)."""
-        return tuple(w * kron_apply([self.factors[i][h] for i, h in enumerate(row)], x, self.sizes) for row, w in zip(self.index, self.weights))
+        return tuple(
+            w * kron_apply([self.factors[i][h] for i, h in enumerate(row)], x, self.sizes)
+            for row, w in zip(self.index, self.weights)
+        )
 
     def estimate(self, ys: tuple[np.ndarray, ...]) -> np.ndarray:
         """Least squares x̂ = X^+ A^T y."""

@@ -144,7 +144,9 @@ def opt_kron(
     best: tuple[float, _KronState] | None = None
     for r in range(1 if separable(workload) else max(1, restarts)):
         # exchangeable attributes (same size) start equal, so Jacobi sweeps keep sharing their solves
-        inits = {n: np.eye(n) if r == 0 else _random_factor(n, rng) for n in sorted({workload.sizes[i] for i in active})}
+        inits = {
+            n: np.eye(n) if r == 0 else _random_factor(n, rng) for n in sorted({workload.sizes[i] for i in active})
+        }
         state = _KronState(workload, active, {**fixed, **{i: inits[workload.sizes[i]] for i in active}})
         err = float(state.term_errors().sum())
         for _ in range(max_sweeps):
@@ -181,7 +183,9 @@ def opt_marginals(workload: ImplicitWorkload) -> KronStrategy:
     for row in workload.index:
         # an attribute of size 1 has no residual space: only the total part of it carries error
         support = [i for i in range(d) if workload.names[i][row[i]] != TOTAL and sizes[i] > 1]
-        spaces.update(itertools.chain.from_iterable(itertools.combinations(support, k) for k in range(len(support) + 1)))
+        spaces.update(
+            itertools.chain.from_iterable(itertools.combinations(support, k) for k in range(len(support) + 1))
+        )
     order = sorted(spaces, key=lambda t: (len(t), t))
     # factor 0 = J_i (the total's residual J_i/n_i, scaled to a unit diagonal), 1 = C_i n_i/(n_i - 1)
     mats = tuple((np.ones((n, n)), centering(n) * (n / (n - 1))) if n > 1 else (np.ones((1, 1)),) for n in sizes)

@@ -51,6 +51,7 @@ _LBFGS = {"maxiter": 1000, "ftol": 1e-10}
 
 # --- OPT_0 over p-Identity strategies ------------------------------------------------------------
 
+
 def default_p(n: int) -> int:
     """Extra queries of a p-Identity strategy on n values: ceil(n/16), the paper's choice (p = n/16)."""
     return max(1, math.ceil(n / 16))
@@ -76,17 +77,34 @@ def _objective(flat: np.ndarray, g: np.ndarray, p: int) -> tuple[float, np.ndarr
     return value, grad.ravel()
 
 
-def opt_0(g: np.ndarray, *, rng: np.random.Generator, p: int | None = None, restarts: int = DEFAULT_STARTS, init: np.ndarray | None = None) -> np.ndarray:
+def opt_0(
+    g: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    p: int | None = None,
+    restarts: int = DEFAULT_STARTS,
+    init: np.ndarray | None = None,
+) -> np.ndarray:
     """Θ (p x n) of the best p-Identity strategy found for Gram ``g``: L-BFGS-B from ``init`` (if
     given) and uniform random starts, ``restarts`` runs in all, and Θ = 0 (the identity)."""
     n = g.shape[0]
     p = default_p(n) if p is None else p
     g = g / np.trace(g)
-    starts = ([init] if init is not None else []) + [rng.uniform(0, 1, (p, n)) for _ in range(max(0, restarts - (init is not None)))]
+    starts = ([init] if init is not None else []) + [
+        rng.uniform(0, 1, (p, n)) for _ in range(max(0, restarts - (init is not None)))
+    ]
     best = (float(np.trace(g)), np.zeros((p, n)))  # Θ = 0, the identity: a stationary point the starts may miss
     with at_most(1):  # small products: BLAS threads cost ~20x here (measured, n = 72)
         for start in starts or [rng.uniform(0, 1, (p, n))]:
-            r = minimize(_objective, start.ravel(), args=(g, p), jac=True, method="L-BFGS-B", bounds=[(0, None)] * (p * n), options=_LBFGS)
+            r = minimize(
+                _objective,
+                start.ravel(),
+                args=(g, p),
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[(0, None)] * (p * n),
+                options=_LBFGS,
+            )
             theta = np.maximum(r.x.reshape(p, n), 0.0)
             value = _objective(theta.ravel(), g, p)[0]
             if value < best[0]:
@@ -95,6 +113,7 @@ def opt_0(g: np.ndarray, *, rng: np.random.Generator, p: int | None = None, rest
 
 
 # --- OPT_⊗ and OPT_+ -------------------------------------------------------------------------------
+
 
 def _traces(grams: tuple[np.ndarray, ...], a: np.ndarray) -> np.ndarray:
     x = a.T @ a
@@ -147,8 +166,16 @@ def _sweep_gauss_seidel(state: _KronState, solve: _BlockSolver) -> _KronState:
     return out
 
 
-def _separable_kron(workload: ImplicitWorkload, active: list[int], *, rng: np.random.Generator, restarts: int, p: int | None, starts: int,
-                    memo: dict) -> LaplaceStrategy:
+def _separable_kron(
+    workload: ImplicitWorkload,
+    active: list[int],
+    *,
+    rng: np.random.Generator,
+    restarts: int,
+    p: int | None,
+    starts: int,
+    memo: dict,
+) -> LaplaceStrategy:
     """OPT_⊗ of a :func:`~.optimize.separable` workload: the error is w ∏_i tr(G_i X_i^-1), so each
     active attribute gets OPT_0 on its own Gram (``restarts`` x (1 + ``starts``) random starts, as
     many as the block-coordinate runs begin with), shared through ``memo`` by every group of a plan
@@ -167,8 +194,18 @@ def _separable_kron(workload: ImplicitWorkload, active: list[int], *, rng: np.ra
     return LaplaceStrategy.single(tuple(factors))
 
 
-def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, p: int | None = None, starts: int = DEFAULT_BLOCK_STARTS,
-             max_sweeps: int = DEFAULT_MAX_SWEEPS, tol: float = DEFAULT_TOL, memo: dict | None = None, **_ignored) -> LaplaceStrategy:
+def opt_kron(
+    workload: ImplicitWorkload,
+    *,
+    rng: np.random.Generator,
+    restarts: int = 1,
+    p: int | None = None,
+    starts: int = DEFAULT_BLOCK_STARTS,
+    max_sweeps: int = DEFAULT_MAX_SWEEPS,
+    tol: float = DEFAULT_TOL,
+    memo: dict | None = None,
+    **_ignored,
+) -> LaplaceStrategy:
     """OPT_⊗ with p-Identity factors: the best of ``restarts`` block-coordinate runs from random Θ.
 
     Each block minimiser is OPT_0 on the surrogate from the current Θ_i and ``starts`` random points.
@@ -179,13 +216,18 @@ def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: 
     """
     active = workload.active()
     if separable(workload):
-        return _separable_kron(workload, active, rng=rng, restarts=restarts, p=p, starts=starts, memo={} if memo is None else memo)
+        return _separable_kron(
+            workload, active, rng=rng, restarts=restarts, p=p, starts=starts, memo={} if memo is None else memo
+        )
     fixed = {i: np.ones((1, n)) for i, n in enumerate(workload.sizes) if i not in active}
     solve = _BlockSolver(rng, starts)
     best: tuple[float, _KronState] | None = None
     for _ in range(max(1, restarts)):
         # exchangeable attributes (same size) start equal, so Jacobi sweeps keep sharing their solves
-        inits = {n: rng.uniform(0, 1, (default_p(n) if p is None else p, n)) for n in sorted({workload.sizes[i] for i in active})}
+        inits = {
+            n: rng.uniform(0, 1, (default_p(n) if p is None else p, n))
+            for n in sorted({workload.sizes[i] for i in active})
+        }
         state = _KronState(workload, {i: inits[workload.sizes[i]] for i in active})
         err = float(state.term_errors().sum())
         for _ in range(max_sweeps):
@@ -201,7 +243,9 @@ def opt_kron(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: 
                 break
         if best is None or err < best[0]:
             best = (err, state)
-    return LaplaceStrategy.single(tuple(fixed[i] if i in fixed else p_identity(best[1].thetas[i]) for i in range(len(workload.sizes))))
+    return LaplaceStrategy.single(
+        tuple(fixed[i] if i in fixed else p_identity(best[1].thetas[i]) for i in range(len(workload.sizes)))
+    )
 
 
 def opt_plus(workload: ImplicitWorkload, groups, **options) -> list[LaplaceStrategy]:
@@ -211,17 +255,23 @@ def opt_plus(workload: ImplicitWorkload, groups, **options) -> list[LaplaceStrat
 
 # --- OPT_M -----------------------------------------------------------------------------------------
 
+
 def _marginal_subsets(workload: ImplicitWorkload) -> tuple[list[tuple[int, ...]], set[tuple[int, ...]]]:
     """(candidate marginals S, down-closed; the views' supports)."""
     sizes = workload.sizes
-    supports = {tuple(i for i in range(len(sizes)) if workload.names[i][row[i]] != TOTAL and sizes[i] > 1) for row in workload.index}
+    supports = {
+        tuple(i for i in range(len(sizes)) if workload.names[i][row[i]] != TOTAL and sizes[i] > 1)
+        for row in workload.index
+    }
     active = sorted(set().union(*supports))
     pool = [tuple(active)] if 2 ** len(active) <= MAX_MARGINALS else supports
     out = {t for s in pool for k in range(len(s) + 1) for t in itertools.combinations(s, k)}
     return sorted(out, key=lambda t: (len(t), t)), supports
 
 
-def opt_marginals(workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, **_ignored) -> LaplaceStrategy:
+def opt_marginals(
+    workload: ImplicitWorkload, *, rng: np.random.Generator, restarts: int = 1, **_ignored
+) -> LaplaceStrategy:
     """OPT_M: weights θ_S of the marginals S minimising (Σ θ)^2 Σ_T h_T / κ_T(θ) (see the module docstring)."""
     sizes = workload.sizes
     subsets, supports = _marginal_subsets(workload)
@@ -235,7 +285,9 @@ def opt_marginals(workload: ImplicitWorkload, *, rng: np.random.Generator, resta
     for s in subsets:
         for r in range(len(s) + 1):
             for t in itertools.combinations(s, r):
-                k[pos[t], pos[s]] = math.prod((sizes[i] - 1) / sizes[i] for i in t) / math.prod(sizes[i] for i in s if i not in t)
+                k[pos[t], pos[s]] = math.prod((sizes[i] - 1) / sizes[i] for i in t) / math.prod(
+                    sizes[i] for i in s if i not in t
+                )
     scale = h.sum()
     need = h > 1e-12 * h.max()  # rounding leaves ~1e-16 on spaces no view touches
 

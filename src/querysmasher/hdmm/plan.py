@@ -64,8 +64,8 @@ from ..accounting import Budget
 from ..allocation import Allocation, PredictedError, allocate, rmse
 from ..errors import InputError
 from ..options import Option, check_options
-from ..threads import at_most
 from ..schema import Schema, parse_schema
+from ..threads import at_most
 from ..workload import Workload, parse_workload
 from . import optimize_laplace as l1
 from .implicit import ImplicitWorkload, KronStrategy
@@ -73,9 +73,19 @@ from .laplace import LaplaceAllocation, LaplaceStrategy, PureBudget, laplace_all
 from .optimize import DEFAULT_TARGET_GAP, Opt0Cache, marginals_applicable, opt_kron, opt_marginals, opt_plus
 
 __all__ = [
-    "HDMMGroup", "HDMMPlan", "plan_hdmm",
-    "TEMPLATES", "DEFAULT_TEMPLATES", "TEMPLATE_TIE_RTOL", "best_template", "DEFAULT_RESTARTS", "DEFAULT_EXPLICIT_CELLS", "check_domain",
-    "noise_cost", "OPTIONS", "MAX_RESTARTS",
+    "HDMMGroup",
+    "HDMMPlan",
+    "plan_hdmm",
+    "TEMPLATES",
+    "DEFAULT_TEMPLATES",
+    "TEMPLATE_TIE_RTOL",
+    "best_template",
+    "DEFAULT_RESTARTS",
+    "DEFAULT_EXPLICIT_CELLS",
+    "check_domain",
+    "noise_cost",
+    "OPTIONS",
+    "MAX_RESTARTS",
 ]
 
 TEMPLATES: tuple[str, ...] = ("kron", "plus-view", "plus-term", "marginal", "explicit")
@@ -88,14 +98,31 @@ MAX_DOMAIN_CELLS = 10**7
 # typo such as 1e9 from running for ever; far above where more restarts stop helping (10, above).
 MAX_RESTARTS = 100
 OPTIONS = (
-    Option("templates", "choices", "strategy templates to try: OPT_kron, OPT_+ by workload view or by term, OPT_M "
-           "(marginal workloads), OPT_0 (small domains); default all", choices=TEMPLATES),
-    Option("restarts", "int", f"runs of each template with a random start (default {DEFAULT_RESTARTS})", low=1,
-           high=MAX_RESTARTS),
+    Option(
+        "templates",
+        "choices",
+        "strategy templates to try: OPT_kron, OPT_+ by workload view or by term, OPT_M "
+        "(marginal workloads), OPT_0 (small domains); default all",
+        choices=TEMPLATES,
+    ),
+    Option(
+        "restarts",
+        "int",
+        f"runs of each template with a random start (default {DEFAULT_RESTARTS})",
+        low=1,
+        high=MAX_RESTARTS,
+    ),
     Option("seed", "int", "seed of the random starts (default 0)", low=0),
     Option("explicit_cells", "int", f"largest full domain OPT_0 runs on (default {DEFAULT_EXPLICIT_CELLS})", low=0),
-    Option("target_gap", "number", f"certified gap of every OPT_0 solve (default {DEFAULT_TARGET_GAP:g})", low=0,
-           high=1, open_low=True, open_high=True),
+    Option(
+        "target_gap",
+        "number",
+        f"certified gap of every OPT_0 solve (default {DEFAULT_TARGET_GAP:g})",
+        low=0,
+        high=1,
+        open_low=True,
+        open_high=True,
+    ),
 )
 
 
@@ -156,7 +183,11 @@ class HDMMPlan(PredictedError):
             "seconds": self.seconds,
             "template": self.template,
             "candidates": {
-                k: {"total_variance": c.total_variance, "rmse": rmse(c.total_variance, self.queries), "seconds": c.seconds}
+                k: {
+                    "total_variance": c.total_variance,
+                    "rmse": rmse(c.total_variance, self.queries),
+                    "seconds": c.seconds,
+                }
                 for k, c in self.candidates.items()
             },
             "templates": list(self.templates),
@@ -216,7 +247,11 @@ class _Search:
     def options(self, template: str) -> dict:
         """Optimiser options, with the template's own generator (its draws do not depend on the others')."""
         rng = np.random.default_rng([self.seed, TEMPLATES.index(template)])
-        return {"rng": rng, "restarts": self.restarts, **({"memo": self.memo} if self.laplace else {"solve": self.solve})}
+        return {
+            "rng": rng,
+            "restarts": self.restarts,
+            **({"memo": self.memo} if self.laplace else {"solve": self.solve}),
+        }
 
     @property
     def everything(self) -> np.ndarray:
@@ -253,11 +288,15 @@ def _marginal(s: _Search) -> tuple[HDMMGroup, ...]:
 def _explicit(s: _Search) -> tuple[HDMMGroup, ...]:
     """OPT_0 on the explicit W^T W over the full domain (one attribute of ``cells`` values)."""
     if s.implicit.cells > s.explicit_cells:
-        raise _NotApplicable(f"the domain has {_cells_text(s.implicit.cells)} cells, above explicit_cells={s.explicit_cells}")
+        raise _NotApplicable(
+            f"the domain has {_cells_text(s.implicit.cells)} cells, above explicit_cells={s.explicit_cells}"
+        )
     merged = s.implicit.merged()
     if s.laplace:
         starts = max(l1.DEFAULT_STARTS, s.restarts)
-        strategy = LaplaceStrategy.single((l1.p_identity(l1.opt_0(merged.dense_gram(), rng=s.options("explicit")["rng"], restarts=starts)),))
+        strategy = LaplaceStrategy.single(
+            (l1.p_identity(l1.opt_0(merged.dense_gram(), rng=s.options("explicit")["rng"], restarts=starts)),)
+        )
     else:
         strategy = KronStrategy.single((s.solve(merged.dense_gram()),))
     return (HDMMGroup(s.everything, strategy, float(strategy.term_variances(merged).sum())),)
@@ -272,7 +311,7 @@ _BUILDERS: dict[str, Callable[[_Search], tuple[HDMMGroup, ...]]] = {
 }
 
 
-def best_template(candidates: dict[str, "Candidate"]) -> str:
+def best_template(candidates: dict[str, Candidate]) -> str:
     """The winning template: the lowest total variance, where ties to rounding (``TEMPLATE_TIE_RTOL``)
     go to the first in TEMPLATES order (the marginal and explicit strategies of marginal:1,2 on
     [4]^3 differ in the 16th digit, which way depending on the per-view solver's arithmetic).
@@ -309,8 +348,17 @@ def plan_hdmm(
     optimisers of :mod:`.optimize_laplace` (p-Identity factors, random starts).
     """
     t0 = time.perf_counter()
-    opts = check_options("hdmm", OPTIONS, {"templates": templates, "restarts": restarts, "seed": seed,
-                                            "explicit_cells": explicit_cells, "target_gap": target_gap})
+    opts = check_options(
+        "hdmm",
+        OPTIONS,
+        {
+            "templates": templates,
+            "restarts": restarts,
+            "seed": seed,
+            "explicit_cells": explicit_cells,
+            "target_gap": target_gap,
+        },
+    )
     chosen = tuple(t for t in TEMPLATES if t in opts["templates"])
     # The strategies are normalised to unit cost under add-remove; under replace one record moves
     # between two cells and the same strategy can cost up to 4x. Refuse rather than under-report.
@@ -321,8 +369,15 @@ def plan_hdmm(
     if isinstance(workload, str):
         workload = parse_workload(workload, schema)
     implicit = ImplicitWorkload.from_workload(workload)
-    search = _Search(workload, implicit, isinstance(budget, PureBudget), opts["seed"], opts["restarts"],
-                     opts["explicit_cells"], Opt0Cache(opts["target_gap"]))
+    search = _Search(
+        workload,
+        implicit,
+        isinstance(budget, PureBudget),
+        opts["seed"],
+        opts["restarts"],
+        opts["explicit_cells"],
+        Opt0Cache(opts["target_gap"]),
+    )
     results: dict[str, tuple[HDMMGroup, ...]] = {}
     candidates: dict[str, Candidate] = {}
     notes: list[str] = []
@@ -337,13 +392,28 @@ def plan_hdmm(
             except _NotApplicable as why:
                 notes.append(f"{name} skipped: {why}")
                 continue
-            variance = _allocation([g.error for g in results[name]], [g.strategy for g in results[name]], budget).total_variance
+            variance = _allocation(
+                [g.error for g in results[name]], [g.strategy for g in results[name]], budget
+            ).total_variance
             candidates[name] = Candidate(variance, time.perf_counter() - t)
     if not candidates:
-        raise InputError("hdmm templates", ",".join(chosen), f"none applies to this workload and schema ({'; '.join(notes)})")
+        raise InputError(
+            "hdmm templates", ",".join(chosen), f"none applies to this workload and schema ({'; '.join(notes)})"
+        )
     best = best_template(candidates)
-    return HDMMPlan(schema, workload, budget, best, results[best], candidates, chosen, opts["seed"], opts["restarts"],
-                    time.perf_counter() - t0, notes)
+    return HDMMPlan(
+        schema,
+        workload,
+        budget,
+        best,
+        results[best],
+        candidates,
+        chosen,
+        opts["seed"],
+        opts["restarts"],
+        time.perf_counter() - t0,
+        notes,
+    )
 
 
 def _cells_text(cells: int) -> str:
@@ -369,7 +439,8 @@ def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
     cells = plan.schema.domain_cells()
     if cells > max_domain_cells:
         raise InputError(
-            "domain", f"{_cells_text(cells)} cells",
+            "domain",
+            f"{_cells_text(cells)} cells",
             f"HDMM measures and reconstructs the full data vector, which exceeds max_domain_cells={max_domain_cells:g}; "
             "its expected error is still available (plan.rmse)",
         )

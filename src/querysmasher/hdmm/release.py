@@ -20,7 +20,14 @@ from ..measurement import LinearMeasurement, Measurements
 from ..noise import as_noise, make_noise
 from .plan import MAX_DOMAIN_CELLS, HDMMPlan, check_domain, noise_cost
 
-__all__ = ["hdmm_measurements", "check_measurable", "HDMMEstimates", "HDMMVariances", "hdmm_measure", "hdmm_reconstruct"]
+__all__ = [
+    "hdmm_measurements",
+    "check_measurable",
+    "HDMMEstimates",
+    "HDMMVariances",
+    "hdmm_measure",
+    "hdmm_reconstruct",
+]
 
 
 def _concatenated(strategy):
@@ -34,9 +41,18 @@ def hdmm_measurements(plan: HDMMPlan, max_domain_cells: int = MAX_DOMAIN_CELLS) 
     every = tuple(range(len(plan.schema)))
     laplace = plan.noise == "laplace"
     scales = plan.allocation.scales if laplace else plan.allocation.sigma2
-    return [LinearMeasurement(every, int(sum(g.strategy.block_rows())), _concatenated(g.strategy), plan.noise, float(s),
-                              noise_cost(g.strategy) if laplace else g.strategy.applied_cost(), k)
-            for k, (g, s) in enumerate(zip(plan.groups, scales))]
+    return [
+        LinearMeasurement(
+            every,
+            int(sum(g.strategy.block_rows())),
+            _concatenated(g.strategy),
+            plan.noise,
+            float(s),
+            noise_cost(g.strategy) if laplace else g.strategy.applied_cost(),
+            k,
+        )
+        for k, (g, s) in enumerate(zip(plan.groups, scales))
+    ]
 
 
 ESTIMABLE_RTOL = 1e-8  # the part of a probe outside a strategy's range, relative to the probe
@@ -51,12 +67,22 @@ def check_measurable(plan: HDMMPlan) -> None:
     check_domain(plan, MAX_DOMAIN_CELLS)
     rng = np.random.default_rng(0)  # a probe of the plan, not of the data
     for gi, g in enumerate(plan.groups):
-        w = sum(lifted_queries(plan.workload, plan.workload.views[j], rng.standard_normal(plan.workload.view_count(plan.workload.views[j])))
-                for j in g.views)
+        w = sum(
+            lifted_queries(
+                plan.workload,
+                plan.workload.views[j],
+                rng.standard_normal(plan.workload.view_count(plan.workload.views[j])),
+            )
+            for j in g.views
+        )
         outside = np.linalg.norm(g.strategy.estimate(g.strategy.answer(w)) - w)
         if not outside <= ESTIMABLE_RTOL * np.linalg.norm(w):
-            raise InputError("plan", plan.method, f"the strategy of group {gi} does not reach its views' queries: measuring the plan would "
-                             "spend the budget on answers that cannot be given")
+            raise InputError(
+                "plan",
+                plan.method,
+                f"the strategy of group {gi} does not reach its views' queries: measuring the plan would "
+                "spend the budget on answers that cannot be given",
+            )
 
 
 class HDMMEstimates:
@@ -74,7 +100,9 @@ class HDMMEstimates:
         if gi not in self._estimates:
             strategy = self.plan.groups[gi].strategy
             cuts = np.cumsum(strategy.block_rows())[:-1]
-            self._estimates[gi] = strategy.estimate(tuple(np.split(np.asarray(self.meas.y[gi], dtype=float), cuts))).reshape(self.plan.schema.sizes)
+            self._estimates[gi] = strategy.estimate(
+                tuple(np.split(np.asarray(self.meas.y[gi], dtype=float), cuts))
+            ).reshape(self.plan.schema.sizes)
         return self._estimates[gi]
 
     def view_answers(self, v) -> np.ndarray:
@@ -100,7 +128,9 @@ class HDMMVariances:
         return None, f"{self.plan.method} answers have no per-view tables"
 
 
-def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> Measurements:
+def hdmm_measure(
+    plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS
+) -> Measurements:
     """Every group's measurement (:func:`hdmm_measurements`) of a full data vector (cells row-major
     in schema order). ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
     (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
@@ -108,12 +138,18 @@ def hdmm_measure(plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cel
     cells = plan.schema.domain_cells()
     x = np.asarray(x_full, dtype=float)
     if x.shape != (cells,):
-        raise InputError("data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain")
+        raise InputError(
+            "data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain"
+        )
     noise = make_noise() if rng is None else as_noise(rng)
-    return Measurements(np.arange(len(ms), dtype=np.int64), [m.release(x, noise) for m in ms], noise.seeded, sampler=noise.sampler)
+    return Measurements(
+        np.arange(len(ms), dtype=np.int64), [m.release(x, noise) for m in ms], noise.seeded, sampler=noise.sampler
+    )
 
 
-def hdmm_reconstruct(plan: HDMMPlan, meas: Measurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS) -> list[np.ndarray]:
+def hdmm_reconstruct(
+    plan: HDMMPlan, meas: Measurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS
+) -> list[np.ndarray]:
     """Workload answers, one array per workload view (in ``plan.workload.views`` order)."""
     est = HDMMEstimates(plan, meas, max_domain_cells)
     return [est.view_answers(v) for v in plan.workload.views]

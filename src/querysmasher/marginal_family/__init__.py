@@ -35,7 +35,17 @@ def __getattr__(name: str):
         return getattr(gls, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
-    "plan", "MarginalPlan", "METHOD", "build_problem", "MarginalProblem", "Measurement", "measurement_operators",
-    "applied_privacy_cost", "measure_marginals", "reconstruct", "Answers",
+    "plan",
+    "MarginalPlan",
+    "METHOD",
+    "build_problem",
+    "MarginalProblem",
+    "Measurement",
+    "measurement_operators",
+    "applied_privacy_cost",
+    "measure_marginals",
+    "reconstruct",
+    "Answers",
 ]

@@ -68,7 +68,9 @@ log = logging.getLogger(__name__)
 __all__ = ["UnionSpace", "NewtonResult", "newton_steps", "MAX_UNION", "MAX_PROJECTION_BYTES"]
 
 MAX_UNION = 3000  # union coordinates above this: dense X^-1 products too slow for hundreds of CG iterations
-MAX_PROJECTION_BYTES = 2 << 30  # the projection's per-view Hadamard blocks (active cells squared) above this: not attempted
+MAX_PROJECTION_BYTES = (
+    2 << 30
+)  # the projection's per-view Hadamard blocks (active cells squared) above this: not attempted
 ACTIVE_RTOL = 1e-3  # a cell within this fraction of its view's largest cost is held at that cost
 # with a barrier, CG also stops once <r, P r> is below this fraction of the barrier's share of the gap
 # (Loans' 400-cell family at 1e-3: 400 iterations, the limit, to projected_cg.CG_RTOL)
@@ -218,8 +220,17 @@ def _boundary_step(eigs, dys) -> float:
     return step
 
 
-def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, steps: int = 30, cg_iterations: int = 400,
-                 union: UnionSpace | None = None, barrier: float = 0.0) -> NewtonResult | None:
+def newton_steps(
+    rp: MarginalProblem,
+    ys,
+    tau: float,
+    *,
+    max_seconds: float,
+    steps: int = 30,
+    cg_iterations: int = 400,
+    union: UnionSpace | None = None,
+    barrier: float = 0.0,
+) -> NewtonResult | None:
     """Newton steps from (``ys``, ``tau``) (module docstring) until converged, a step finds no
     decrease, SHORT_STEPS steps in a row are short and not lengthening, ``steps`` are taken or
     ``max_seconds`` pass; None when the problem is too large for the dense union or the projection
@@ -233,7 +244,9 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
         return None
     union = union or UnionSpace(rp)
     if union.n > MAX_UNION or 8 * sum(b.shape[0] ** 2 for b in bases) > MAX_PROJECTION_BYTES:
-        log.info("qsplus newton: not attempted (%d union coordinates, %d cells)", union.n, sum(b.shape[0] for b in bases))
+        log.info(
+            "qsplus newton: not attempted (%d union coordinates, %d cells)", union.n, sum(b.shape[0] for b in bases)
+        )
         return None
     lres = rp.residual_loss
     has_tau = lres > 0
@@ -339,9 +352,19 @@ def newton_steps(rp: MarginalProblem, ys, tau: float, *, max_seconds: float, ste
             weights[-1][a] = np.maximum(-l, 0.0)
         working = [a & ~d for a, d in zip(active, drops)]  # (the last round's: it did not change the set)
         taken += 1
-        log.info("qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
-                 taken, barrier, sum(int(a.sum()) for a in active), sum(len(a) for a in active), k, model, step, now,
-                 "%.12g" % new[2] if new else "no decrease", time.perf_counter() - t0)
+        log.info(
+            "qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
+            taken,
+            barrier,
+            sum(int(a.sum()) for a in active),
+            sum(len(a) for a in active),
+            k,
+            model,
+            step,
+            now,
+            f"{new[2]:.12g}" if new else "no decrease",
+            time.perf_counter() - t0,
+        )
         if new is None:
             if centred and barrier > BARRIER_FINAL * (1 + 1e-9):  # rounding at this barrier: on to the next
                 barrier /= BARRIER_FALL

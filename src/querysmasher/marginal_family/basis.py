@@ -96,7 +96,11 @@ class ViewCoords:
 def view_coords(attrs: tuple[int, ...], sizes: tuple[int, ...]) -> ViewCoords:
     """The :class:`ViewCoords` of a view with attributes ``attrs`` of sizes ``sizes``."""
     cells = math.prod(sizes)
-    idx = np.array(np.unravel_index(np.arange(cells), sizes)).reshape(len(sizes), cells) if sizes else np.zeros((0, 1), dtype=int)
+    idx = (
+        np.array(np.unravel_index(np.arange(cells), sizes)).reshape(len(sizes), cells)
+        if sizes
+        else np.zeros((0, 1), dtype=int)
+    )
     mask = idx > 0
     keys = [tuple(a for a, m in zip(attrs, col) if m) for col in mask.T]
     subsets: list[tuple[int, ...]] = []

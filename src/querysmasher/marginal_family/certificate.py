@@ -30,8 +30,16 @@ from .problem import MarginalProblem
 __all__ = ["certificate", "sdp_upper", "maxcut_upper"]
 
 
-def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool = False, extra=(), basis: np.ndarray | None = None,
-              projected: np.ndarray | None = None, deadline: float | None = None) -> float:
+def sdp_upper(
+    d: np.ndarray | None,
+    c: np.ndarray,
+    refine: int = 0,
+    polish: bool = False,
+    extra=(),
+    basis: np.ndarray | None = None,
+    projected: np.ndarray | None = None,
+    deadline: float | None = None,
+) -> float:
     """An upper bound on max{<D, X> : X PSD, diag X <= 1} (see the module docstring) at a point
     with correlation matrix ``c``; ``extra``: more positive diagonals L to try (a solver's cost
     multipliers); ``polish``: also :func:`maxcut_upper`'s smoothed descent from the best L found.
@@ -54,7 +62,9 @@ def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool
     cands = [dc + kappa * scale for kappa in (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)] + [dd]
     # given multipliers, with small floors too: supported on fewer cells than the basis has columns,
     # R^T Diag(lam) R is singular and the pencil's top eigenvalue unreachable
-    cands += [np.asarray(e) + kappa * float(np.mean(np.abs(e))) for e in extra for kappa in (0.0, 1e-9, 1e-7, 1e-5, 1e-3)]
+    cands += [
+        np.asarray(e) + kappa * float(np.mean(np.abs(e))) for e in extra for kappa in (0.0, 1e-9, 1e-7, 1e-5, 1e-3)
+    ]
     floor = 1e-300 + 1e-14 * max(float(dd.max(initial=0.0)), 0.0)
 
     def top_ratio(lam: np.ndarray) -> float:
@@ -90,8 +100,15 @@ def sdp_upper(d: np.ndarray | None, c: np.ndarray, refine: int = 0, polish: bool
     return best
 
 
-def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int = 400, basis: np.ndarray | None = None,
-                 projected: np.ndarray | None = None, deadline: float | None = None) -> float:
+def maxcut_upper(
+    d: np.ndarray | None,
+    start: np.ndarray,
+    *,
+    max_iterations: int = 400,
+    basis: np.ndarray | None = None,
+    projected: np.ndarray | None = None,
+    deadline: float | None = None,
+) -> float:
     """An upper bound on s(D) = max{<D, X> : X PSD, diag X <= 1} for a symmetric D with a
     non-negative diagonal (then the maximum is attained with diag X = 1, and weak duality gives
     s(D) <= psi(mu) = sum(mu) + N lambda_max(D - Diag mu) for *every* mu; min over mu is s(D)).
@@ -151,8 +168,15 @@ def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int
     for t in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
         fun = Timed(smoothed, deadline)
         try:
-            r = scipy.optimize.minimize(fun, mu, args=(t * scale,), jac=True, method="L-BFGS-B", bounds=bounds,
-                                        options={"maxiter": max_iterations})
+            r = scipy.optimize.minimize(
+                fun,
+                mu,
+                args=(t * scale,),
+                jac=True,
+                method="L-BFGS-B",
+                bounds=bounds,
+                options={"maxiter": max_iterations},
+            )
             x, stop = r.x, False
         except TimeLimit:
             x, stop = fun.best_x, True
@@ -164,8 +188,9 @@ def maxcut_upper(d: np.ndarray | None, start: np.ndarray, *, max_iterations: int
     return max(best, 0.0)
 
 
-def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float, polish: bool = False,
-              deadline: float | None = None) -> tuple[float, float]:
+def _bound_at(
+    problem: MarginalProblem, factors, shares, tau, delta: float, polish: bool = False, deadline: float | None = None
+) -> tuple[float, float]:
     """(f at the point, the dual bound from Phi = X_d^-1 G X_d^-1 at X_d = X + delta t I per view;
     ``polish``: each s(D_g) by :func:`maxcut_upper` too)."""
     ys, cs = [], []
@@ -189,9 +214,15 @@ def _bound_at(problem: MarginalProblem, factors, shares, tau, delta: float, poli
     return ev.f, (marg + math.sqrt(lres * mu)) ** 2 / mu
 
 
-def certificate(problem: MarginalProblem, factors: list[np.ndarray], shares: np.ndarray, tau: float,
-                deltas=(0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3), polish: bool = False,
-                deadline: float | None = None) -> tuple[float, float]:
+def certificate(
+    problem: MarginalProblem,
+    factors: list[np.ndarray],
+    shares: np.ndarray,
+    tau: float,
+    deltas=(0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3),
+    polish: bool = False,
+    deadline: float | None = None,
+) -> tuple[float, float]:
     """(objective, certified lower bound on the family's optimum) at a point.
 
     Weak duality: for any PSD Phi over the domain and any feasible X', f_marg(X') >= 2 T - tr(Phi X')

@@ -33,8 +33,8 @@ from ..errors import InputError
 from ..io import atomic_h5, new_group, open_h5, put, put_json
 from ..noise import MAX_NOISE_VARIANCE
 from ..plan import Plan
-from ..planheader import put_plan_header, put_views, read_plan_header, read_views
 from ..planfile import read_solution, write_solution
+from ..planheader import put_plan_header, put_views, read_plan_header, read_views
 from ..schema import Schema
 from ..workload import Workload
 from .planner import MarginalPlan
@@ -42,15 +42,24 @@ from .problem import build_problem
 
 __all__ = ["MARGINAL_PLAN_FORMAT", "save_marginal_plan", "load_marginal_plan"]
 
-MARGINAL_PLAN_FORMAT = 3  # 1: without the residual-only subsets' mechanisms (planned again on load); 2: views as JSON lists
+MARGINAL_PLAN_FORMAT = (
+    3  # 1: without the residual-only subsets' mechanisms (planned again on load); 2: views as JSON lists
+)
 
 
 def save_marginal_plan(plan, path: str | Path) -> None:
     with atomic_h5(path, kind="marginal-plan") as f:
         f.attrs["marginal_plan_format"] = MARGINAL_PLAN_FORMAT
         put_plan_header(f, plan)
-        put_json(f, "options", {"max_view_size": int(plan.problem_options["max_view_size"]),
-                                "max_view_cells": plan.problem_options["max_view_cells"], "tie": bool(plan.tied)})
+        put_json(
+            f,
+            "options",
+            {
+                "max_view_size": int(plan.problem_options["max_view_size"]),
+                "max_view_cells": plan.problem_options["max_view_cells"],
+                "tie": bool(plan.tied),
+            },
+        )
         f.attrs["total_variance"] = float(plan.total_variance)
         f.attrs["lower_bound"] = float(plan.lower_bound)
         f.attrs["qs_total_variance"] = float(plan.qs_total_variance)
@@ -95,13 +104,26 @@ def _residual_only_plan(f, schema: Schema, workload: Workload, subsets: list[tup
     g = r.child(f, "residual_mechanisms", group=True)
     names = r.members(g)
     if sorted(names) != sorted(str(j) for j in range(n)):
-        raise r.bad(g, "", sorted(names)[:5],
-                    f"must hold one mechanism per residual-only subset ({n}), named 0, 1, ...")
+        raise r.bad(
+            g, "", sorted(names)[:5], f"must hold one mechanism per residual-only subset ({n}), named 0, 1, ..."
+        )
     keys = [str(j) for j in range(n)]
     sizes = [tuple(schema.sizes[a] for a in t) for t in subsets]
     solutions = {k: read_solution(r.child(g, k, group=True), s) for k, s in zip(keys, sizes)}
-    return Plan(schema, workload, "qs", Budget.from_beta(1.0), list(subsets), keys, np.ones(n), losses, np.zeros(n),
-                allocation, solutions, len(workload.views))
+    return Plan(
+        schema,
+        workload,
+        "qs",
+        Budget.from_beta(1.0),
+        list(subsets),
+        keys,
+        np.ones(n),
+        losses,
+        np.zeros(n),
+        allocation,
+        solutions,
+        len(workload.views),
+    )
 
 
 def _uncovered_subsets(workload: Workload, problem) -> set[tuple[int, ...]]:
@@ -117,9 +139,14 @@ def load_marginal_plan(path: str | Path):
     with open_h5(path, "marginal-plan") as f, r.h5py_errors(path, "qsplus plan file"):
         fmt = r.integer(f, "marginal_plan_format", lo=1)
         if fmt != MARGINAL_PLAN_FORMAT:
-            raise r.bad(f, "marginal_plan_format", fmt, f"this version reads format {MARGINAL_PLAN_FORMAT} only "
-                        "(1 lacks the residual-only subsets' mechanisms, 2 stores views as JSON): re-run 'querysmasher plan'",
-                        attr=True)
+            raise r.bad(
+                f,
+                "marginal_plan_format",
+                fmt,
+                f"this version reads format {MARGINAL_PLAN_FORMAT} only "
+                "(1 lacks the residual-only subsets' mechanisms, 2 stores views as JSON): re-run 'querysmasher plan'",
+                attr=True,
+            )
         head = read_plan_header(f, methods=("qsplus",))
         schema, workload, budget = head.schema, head.workload, head.budget
         o = r.json_attr(f, "options")
@@ -151,8 +178,9 @@ def load_marginal_plan(path: str | Path):
         # a view's noise variance is 1 / its share: both within what the sampler can draw (else the
         # plan would load, report its stored error, and fail only later, or overflow in reconstruct)
         shares = r.array(f, "shares", kind="f", shape=(nv,), lo=1.0 / MAX_NOISE_VARIANCE)
-        res_sigma2 = r.array(f, "residual_sigma2", kind="f", shape=(len(residual_views),), positive=True,
-                             hi=MAX_NOISE_VARIANCE)
+        res_sigma2 = r.array(
+            f, "residual_sigma2", kind="f", shape=(len(residual_views),), positive=True, hi=MAX_NOISE_VARIANCE
+        )
         g = r.child(f, "factors", group=True)
         if len(r.indexed_members(g, "one factor per distinct mechanism")) != n_factors:
             raise r.bad(g, "", len(r.members(g)), f"must hold {n_factors} factors")
@@ -166,9 +194,24 @@ def load_marginal_plan(path: str | Path):
             if not np.all(np.isfinite(fac)):
                 raise r.bad(g, str(i), "non-finite", "must be finite")
             factors.append(np.asarray(fac, dtype=np.float64))
-    plan = MarginalPlan(schema, workload, budget, problem, views, factors, np.asarray(factor_of, dtype=np.int64),
-                        np.asarray(shares, dtype=np.float64), residual_views, np.asarray(res_sigma2, dtype=np.float64),
-                        residual_plan, totals["total_variance"], lower, totals["qs_total_variance"], iterations,
-                        head.phase_seconds, head.notes)
+    plan = MarginalPlan(
+        schema,
+        workload,
+        budget,
+        problem,
+        views,
+        factors,
+        np.asarray(factor_of, dtype=np.int64),
+        np.asarray(shares, dtype=np.float64),
+        residual_views,
+        np.asarray(res_sigma2, dtype=np.float64),
+        residual_plan,
+        totals["total_variance"],
+        lower,
+        totals["qs_total_variance"],
+        iterations,
+        head.phase_seconds,
+        head.notes,
+    )
     plan.problem_options = {"max_view_size": mvs, "max_view_cells": mvc}
     return plan

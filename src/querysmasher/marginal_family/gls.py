@@ -23,8 +23,8 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import scipy.linalg
@@ -35,7 +35,17 @@ from ..families import query_matrix_1d
 from .basis import from_residual, to_residual, view_coords
 from .operators import Measurement, applied_privacy_cost, measurement_operators
 
-__all__ = ["measure_marginals", "Answers", "reconstruct", "view_table", "query_variances", "solver_of", "table_estimable", "view_queries", "check_estimable"]
+__all__ = [
+    "measure_marginals",
+    "Answers",
+    "reconstruct",
+    "view_table",
+    "query_variances",
+    "solver_of",
+    "table_estimable",
+    "view_queries",
+    "check_estimable",
+]
 
 
 def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
@@ -45,7 +55,9 @@ def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
         return clean + noise.standard_normal(clean.shape) * math.sqrt(sigma2)
     if callable(noise):
         return np.asarray(noise(clean, sigma2), dtype=float)
-    raise TypeError(f"noise must be a NoiseSource, a numpy Generator or a callable (clean, sigma2) -> noisy, not {type(noise).__name__}")
+    raise TypeError(
+        f"noise must be a NoiseSource, a numpy Generator or a callable (clean, sigma2) -> noisy, not {type(noise).__name__}"
+    )
 
 
 def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Callable, noise) -> list[np.ndarray]:
@@ -57,7 +69,9 @@ def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Calla
     ops = measurement_operators(plan)
     cost = applied_privacy_cost(ops, plan.budget.neighbours)
     if not cost <= plan.budget.beta:
-        raise InputError("plan privacy cost", cost, f"exceeds its budget beta {plan.budget.beta!r}: refusing to measure")
+        raise InputError(
+            "plan privacy cost", cost, f"exceeds its budget beta {plan.budget.beta!r}: refusing to measure"
+        )
     get = marginals if callable(marginals) else (lambda a: marginals[tuple(a)])
     return [_add_noise(noise, m.operator @ np.asarray(get(m.attrs), dtype=float), m.sigma2) for m in ops]
 
@@ -175,7 +189,7 @@ class _Solver:
 
 # One elimination per plan object: the privacy re-check (check_estimable), measure's own re-check and
 # reconstruct all use it (a plan record is not changed once planned; a rescaled plan is a new object).
-_ELIMINATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ELIMINATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def solver_of(plan) -> _Solver:
@@ -197,8 +211,12 @@ def check_estimable(plan) -> None:
     try:
         sol = solver_of(plan)
     except (np.linalg.LinAlgError, ValueError):
-        raise InputError("plan", plan.method, "its mechanisms do not determine every workload query (singular normal equations): "
-                         "measuring it would spend the budget on answers that cannot be given") from None
+        raise InputError(
+            "plan",
+            plan.method,
+            "its mechanisms do not determine every workload query (singular normal equations): "
+            "measuring it would spend the budget on answers that cannot be given",
+        ) from None
     for v in plan.workload.views:
         _, sz, _, _, _, res = sol.view_layout(v.attrs)
         if not res:
@@ -210,8 +228,12 @@ def check_estimable(plan) -> None:
             outside = np.linalg.norm(z - z @ pinv @ y)
             if outside > ESTIMABLE_RTOL * max(np.linalg.norm(z), 1e-300) and outside > 0:
                 name = ",".join(plan.schema.names[a] for a in s)
-                raise InputError("plan", plan.method, f"the mechanism of residual view ({name}) does not reach the workload's queries on it: "
-                                 "measuring it would spend the budget on answers that cannot be given")
+                raise InputError(
+                    "plan",
+                    plan.method,
+                    f"the mechanism of residual view ({name}) does not reach the workload's queries on it: "
+                    "measuring it would spend the budget on answers that cannot be given",
+                )
 
 
 def view_table(plan, phi: dict, attrs: tuple[int, ...]) -> np.ndarray:
@@ -237,8 +259,14 @@ def query_variances(plan, attrs: tuple[int, ...], q: np.ndarray) -> np.ndarray:
     return _query_variances(sol, q, sz, lp, lg, tops, res)
 
 
-def reconstruct(plan, measurements: list[np.ndarray], *, ops: list[Measurement] | None = None,
-                cell_variances: bool = False, max_cells: int = 4096) -> Answers:
+def reconstruct(
+    plan,
+    measurements: list[np.ndarray],
+    *,
+    ops: list[Measurement] | None = None,
+    cell_variances: bool = False,
+    max_cells: int = 4096,
+) -> Answers:
     """GLS answers to every workload query with exact variances (module docstring). Measurements
     may carry a trailing batch axis (independent draws): answers and tables then carry it too.
     ``cell_variances``: also the variance of every cell of each workload view's table (views of at
@@ -266,7 +294,11 @@ def _query_variances(sol: _Solver, q: np.ndarray, sz, lp, lg, tops, res) -> np.n
     on the view's coordinates (its tops eliminated, its lower columns from the lower system)."""
     n = math.prod(sz)
     qu = to_residual(q, sz) / math.sqrt(n)
-    cols = np.unique(np.concatenate([lg] + [sol.p.views[k].low_glob for k, _ in tops])) if (len(lg) or tops) else np.zeros(0, dtype=np.int64)
+    cols = (
+        np.unique(np.concatenate([lg] + [sol.p.views[k].low_glob for k, _ in tops]))
+        if (len(lg) or tops)
+        else np.zeros(0, dtype=np.int64)
+    )
     r = np.zeros((n, len(cols)))
     if len(lp):
         r[lp, np.searchsorted(cols, lg)] = 1.0
@@ -302,5 +334,8 @@ def table_estimable(plan, attrs: tuple[int, ...]) -> tuple[bool, str]:
             need = math.prod(sizes_all[a] - 1 for a in sub)
             got = plan.residual_mechanism(residual[sub]).rank()
             if got < need:
-                return False, f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection"
+                return (
+                    False,
+                    f"the mechanism of residual view ({name}) has rank {got} < {need}: the table is a projection",
+                )
     return True, ""

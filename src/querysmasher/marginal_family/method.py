@@ -11,17 +11,41 @@ from .problem import marginal_view_attrs
 __all__ = ["QSPlusPlanner", "OPTIONS"]
 
 OPTIONS = (
-    Option("target_gap", "number", "relative duality gap to certify (default 1e-4)", low=0, high=1, open_low=True,
-           open_high=True),
-    Option("max_view_cells", "int", "views of more cells keep their qs mechanisms (default: chosen from the schema)",
-           low=1, none=True),
-    Option("max_seconds", "number", "time limit of the plan (the qs start included), in seconds: when it passes, the "
-           "best certified point is returned with its gap (default 3,600)", low=0, open_low=True),
-    Option("max_view_size", "int", "views of 2..this many attributes get a marginal-space mechanism (default 2)",
-           low=2),
+    Option(
+        "target_gap",
+        "number",
+        "relative duality gap to certify (default 1e-4)",
+        low=0,
+        high=1,
+        open_low=True,
+        open_high=True,
+    ),
+    Option(
+        "max_view_cells",
+        "int",
+        "views of more cells keep their qs mechanisms (default: chosen from the schema)",
+        low=1,
+        none=True,
+    ),
+    Option(
+        "max_seconds",
+        "number",
+        "time limit of the plan (the qs start included), in seconds: when it passes, the "
+        "best certified point is returned with its gap (default 3,600)",
+        low=0,
+        open_low=True,
+    ),
+    Option(
+        "max_view_size", "int", "views of 2..this many attributes get a marginal-space mechanism (default 2)", low=2
+    ),
     Option("max_iterations", "int", "iteration limit of the descent (default 20,000)", low=1),
-    Option("tie", "bool", "one mechanism shared by every view, for a workload symmetric under attribute permutations "
-           "only (default: tied exactly when it is)", none=True),
+    Option(
+        "tie",
+        "bool",
+        "one mechanism shared by every view, for a workload symmetric under attribute permutations "
+        "only (default: tied exactly when it is)",
+        none=True,
+    ),
 )
 
 
@@ -66,7 +90,10 @@ class QSPlusPlanner:
         cells = default_family_cells(workload)
         squares = 8.0 * sum(c * c for c in cells) / 2**20
         if stage == "allocate":
-            return {"mem_mb": PLAN_GRAM_COPIES * squares, "seconds": PLAN_SECONDS_PER_CUBE * sum(float(c) ** 3 for c in cells)}
+            return {
+                "mem_mb": PLAN_GRAM_COPIES * squares,
+                "seconds": PLAN_SECONDS_PER_CUBE * sum(float(c) ** 3 for c in cells),
+            }
         return {"mem_mb": RELEASE_GRAM_COPIES * squares, "seconds": 0.0}
 
     def plan(self, schema, workload, budget, *, objective: str = "sum"):

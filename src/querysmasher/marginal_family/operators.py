@@ -37,7 +37,9 @@ def measurement_operators(plan) -> list[Measurement]:
         out.append(Measurement(tuple(attrs), f.T, 1.0 / float(plan.shares[k]), "marginal"))
     for j, attrs in enumerate(plan.residual_views):
         mech = plan.residual_mechanism(j)
-        out.append(Measurement(tuple(attrs), psd_power(mech.dense_x(), 0.5), float(plan.residual_sigma2[j]), "residual"))
+        out.append(
+            Measurement(tuple(attrs), psd_power(mech.dense_x(), 0.5), float(plan.residual_sigma2[j]), "residual")
+        )
     return out
 
 

@@ -15,6 +15,7 @@ within POLISH_GAP, and at the end); the best point and the best bound are kept.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -24,16 +25,26 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
+from ..threads import at_most
 from .basis import subset_dim, to_residual
 from .certificate import certificate
-from .deadline import TimeLimit, Timed, past
+from .deadline import Timed, TimeLimit, past
 from .problem import MarginalProblem
-from ..threads import at_most
-import itertools
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Solution", "folded_view", "folded_tau", "start_from_residual_plan", "filled_correlation", "least_mixed", "truncated_newton", "optimise", "DEFAULT_TARGET_GAP", "JITTER"]
+__all__ = [
+    "Solution",
+    "folded_view",
+    "folded_tau",
+    "start_from_residual_plan",
+    "filled_correlation",
+    "least_mixed",
+    "truncated_newton",
+    "optimise",
+    "DEFAULT_TARGET_GAP",
+    "JITTER",
+]
 
 DEFAULT_TARGET_GAP = 1e-4
 SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with single-threaded BLAS
@@ -42,7 +53,9 @@ SINGLE_THREAD_CELLS = 400  # views up to this many cells are optimised with sing
 # alone); above this many bytes "auto" takes the truncated Newton steps instead (a few vectors)
 KRYLOV_BASIS_BYTES = 1 << 30
 MAX_STALLS = 4  # rounds in a row without progress before the optimiser stops
-POLISH_GAP = 0.05  # a round whose heuristic gap is at most this is certified again with s(D) polished (certificate.maxcut_upper)
+POLISH_GAP = (
+    0.05  # a round whose heuristic gap is at most this is certified again with s(D) polished (certificate.maxcut_upper)
+)
 JITTER = 1e-9  # C <- (1 - JITTER) C + JITTER I at the start: a full-rank factor for every view
 
 
@@ -114,7 +127,9 @@ def folded_tau(problem: MarginalProblem, plan) -> float:
         return 0.0
     index = {s: i for i, s in enumerate(plan.views)}
     a = plan.allocation
-    return float(sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only))
+    return float(
+        sum((1.0 if a.costs is None else a.costs[index[s]]) / a.sigma2[index[s]] for s in problem.residual_only)
+    )
 
 
 def filled_correlation(x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -125,8 +140,14 @@ def filled_correlation(x: np.ndarray) -> tuple[np.ndarray, float]:
     return (x + np.diag(t - np.diag(x))) / t, t
 
 
-def least_mixed(problem: MarginalProblem, corrs: list[np.ndarray], shares, tau: float,
-                mixes=(JITTER, 1e-8, 1e-7, 1e-6), deadline: float | None = None) -> tuple[float, list[np.ndarray] | None, list[np.ndarray] | None]:
+def least_mixed(
+    problem: MarginalProblem,
+    corrs: list[np.ndarray],
+    shares,
+    tau: float,
+    mixes=(JITTER, 1e-8, 1e-7, 1e-6),
+    deadline: float | None = None,
+) -> tuple[float, list[np.ndarray] | None, list[np.ndarray] | None]:
     """(f, mixed correlations, their Cholesky factors) of unit-diagonal correlations ``corrs`` (one
     per block, block k's Gram shares[k] C_k) mixed with a little of the identity (the unit diagonal,
     so the cost, kept): an optimum singular to rounding needs it to be factored; the least
@@ -139,7 +160,9 @@ def least_mixed(problem: MarginalProblem, corrs: list[np.ndarray], shares, tau: 
         try:
             cs = [(1 - mix) * c + mix * np.eye(len(c)) for c in corrs]
             fs = [np.linalg.cholesky(c) for c in cs]
-            f = problem.evaluate([problem.residual_gram(k, t * c) for k, (t, c) in enumerate(zip(shares, cs))], tau, want_grad=False).f
+            f = problem.evaluate(
+                [problem.residual_gram(k, t * c) for k, (t, c) in enumerate(zip(shares, cs))], tau, want_grad=False
+            ).f
         except np.linalg.LinAlgError:
             continue
         if f < best[0]:
@@ -188,7 +211,7 @@ class _Param:
         out, o = [], 0
         for shp in self.sizes:
             n = shp[0] * shp[1]
-            out.append(x[o:o + n].reshape(shp))
+            out.append(x[o : o + n].reshape(shp))
             o += n
         theta = x[o:]
         e = np.exp(theta - theta.max())
@@ -264,7 +287,21 @@ def optimise(
     # small blocks: threaded BLAS only adds overhead (and on a loaded machine, a lot of it)
     small = max(v.cells for v in problem.views) <= SINGLE_THREAD_CELLS and problem.lower_dim <= 4 * SINGLE_THREAD_CELLS
     with at_most(1 if small else None):
-        return _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start)
+        return _optimise(
+            problem,
+            factors,
+            shares,
+            tau,
+            target_gap,
+            max_iterations,
+            round_iterations,
+            max_seconds,
+            mu_factor,
+            method,
+            newton_iterations,
+            cg_iterations,
+            mu_start,
+        )
 
 
 @dataclass
@@ -325,12 +362,26 @@ def truncated_newton(fun, x, iterations: int, cg_iterations: int) -> _Result:
 
 
 def _second_order(n: int) -> str:
-    """"auto"'s second-order round for n parameters: trust-krylov while its Lanczos basis fits in
+    """ "auto"'s second-order round for n parameters: trust-krylov while its Lanczos basis fits in
     KRYLOV_BASIS_BYTES, truncated Newton ("newton") beyond."""
     return "trust-krylov" if (min(int(1e9 / max(n, 1)), 2 * n) + 1) * n * 8 <= KRYLOV_BASIS_BYTES else "newton"
 
 
-def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_iterations, max_seconds, mu_factor, method, newton_iterations, cg_iterations, mu_start) -> Solution:
+def _optimise(
+    problem,
+    factors,
+    shares,
+    tau,
+    target_gap,
+    max_iterations,
+    round_iterations,
+    max_seconds,
+    mu_factor,
+    method,
+    newton_iterations,
+    cg_iterations,
+    mu_start,
+) -> Solution:
     t0 = time.perf_counter()
     par = _Param(problem, factors, shares, tau)
     x = par.x0
@@ -342,7 +393,9 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
     while True:
         _, fs, s, t, tau_ = par.point(x)
         obj, low = certificate(problem, [f for f, _ in fs], t, tau_, deadline=t0 + max_seconds)
-        if (obj - low) > target_gap * obj and (obj - low) <= POLISH_GAP * obj:  # near: the diagonal heuristics may be what is left
+        if (obj - low) > target_gap * obj and (
+            obj - low
+        ) <= POLISH_GAP * obj:  # near: the diagonal heuristics may be what is left
             obj, low = certificate(problem, [f for f, _ in fs], t, tau_, polish=True, deadline=t0 + max_seconds)
         # any point's bound bounds the optimum: keep the best bound and the best point
         if best is None or obj < best[0]:
@@ -352,7 +405,14 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         lowb = best[1]
         gap = (best[0] - lowb) / best[0]
         history.append((it, best[0], lowb))
-        log.info("qsplus: iteration %d, objective %.8g, bound %.8g, gap %.2e, %.1f s", it, best[0], lowb, gap, time.perf_counter() - t0)
+        log.info(
+            "qsplus: iteration %d, objective %.8g, bound %.8g, gap %.2e, %.1f s",
+            it,
+            best[0],
+            lowb,
+            gap,
+            time.perf_counter() - t0,
+        )
         if gap <= target_gap or it >= max_iterations or time.perf_counter() - t0 > max_seconds:
             break
         # The barrier weight falls only after a round that raised the bound (its point was centred
@@ -381,16 +441,31 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         fun = Timed(par.fun, t0 + max_seconds)
         try:
             if how == "lbfgs":
-                r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
-                                            options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10})
+                r = scipy.optimize.minimize(
+                    fun,
+                    x,
+                    jac=True,
+                    method="L-BFGS-B",
+                    options={"maxiter": round_iterations, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-10},
+                )
             elif how == "newton":
                 r = truncated_newton(fun, x, newton_iterations, cg_iterations)
             else:
+
                 def hessp(z, p, _f=fun):
                     h = 1e-6 * max(1.0, float(np.linalg.norm(z))) / max(float(np.linalg.norm(p)), 1e-300)
                     return (_f(z + h * p)[1] - _f(z - h * p)[1]) / (2 * h)
-                r = scipy.optimize.minimize(fun, x, jac=True, hessp=hessp, method=how,
-                                            options={"maxiter": newton_iterations, "xtol": 1e-12} if how == "Newton-CG" else {"maxiter": newton_iterations, "gtol": 1e-10})
+
+                r = scipy.optimize.minimize(
+                    fun,
+                    x,
+                    jac=True,
+                    hessp=hessp,
+                    method=how,
+                    options={"maxiter": newton_iterations, "xtol": 1e-12}
+                    if how == "Newton-CG"
+                    else {"maxiter": newton_iterations, "gtol": 1e-10},
+                )
         except TimeLimit:  # the budget ran out mid-round: certify the lowest point it evaluated, then stop
             log.info("qsplus: the time budget (%.0f s) ran out inside a %s round", max_seconds, how)
             r = _Result(fun.best_x if fun.best_x is not None else x, 0, "time budget")
@@ -404,7 +479,7 @@ def _optimise(problem, factors, shares, tau, target_gap, max_iterations, round_i
         o = 0
         for rr in rs:
             n = rr.size
-            x[o:o + n] = _normalise_rows(rr)[0].ravel()
+            x[o : o + n] = _normalise_rows(rr)[0].ravel()
             o += n
     _, fs, s, t, tau_ = par.point(best[2])
     low = history[-1][2]

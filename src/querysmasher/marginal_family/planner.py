@@ -29,24 +29,37 @@ from ..accounting import Budget
 from ..allocation import BUDGET_MARGIN, relative_gap, rmse
 from ..errors import InputError
 from ..plan import Plan
+from ..planners.residual import plan_residual
 from ..schema import Schema, parse_schema
 from ..solvers.qs import QSSolver
 from ..workload import Workload, parse_workload
 from . import restricted, symmetric
 from .deadline import TimeLimit, check_deadline
-from .symmetric_polish import polish_restricted
-from .optimize import DEFAULT_TARGET_GAP, JITTER, SINGLE_THREAD_CELLS, Solution, filled_correlation, least_mixed, optimise, start_from_residual_plan
-from .problem import MarginalProblem, build_problem, marginal_view_attrs
 from .operators import applied_privacy_cost, measurement_operators
-from ..planners.residual import plan_residual
+from .optimize import (
+    DEFAULT_TARGET_GAP,
+    JITTER,
+    SINGLE_THREAD_CELLS,
+    Solution,
+    filled_correlation,
+    least_mixed,
+    optimise,
+    start_from_residual_plan,
+)
+from .problem import MarginalProblem, build_problem, marginal_view_attrs
+from .symmetric_polish import polish_restricted
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MarginalPlan", "plan", "METHOD"]
 
 METHOD = "qsplus"
-AUTO_LARGE_VIEWS = 4  # "auto" keeps larger views residual when a non-uniform schema has more views above 400 cells than this
-RESTRICT_BELOW = 0.5  # "auto" runs the restricted descent on a large untied problem when it keeps at most this share of the tops
+AUTO_LARGE_VIEWS = (
+    4  # "auto" keeps larger views residual when a non-uniform schema has more views above 400 cells than this
+)
+RESTRICT_BELOW = (
+    0.5  # "auto" runs the restricted descent on a large untied problem when it keeps at most this share of the tops
+)
 
 
 @dataclass(eq=False)
@@ -122,26 +135,50 @@ class MarginalPlan:
         sum_T cost_T / sigma_T^2 from the plan's fields; replace, of the operators measure applies."""
         if self.budget.neighbours != "add-remove":
             return applied_privacy_cost(measurement_operators(self), self.budget.neighbours)
-        c = sum(float(np.max(np.einsum("ij,ij->i", self.factors[int(self.factor_of[k])], self.factors[int(self.factor_of[k])]))) * float(self.shares[k])
-                for k in range(len(self.views)))
+        c = sum(
+            float(
+                np.max(
+                    np.einsum("ij,ij->i", self.factors[int(self.factor_of[k])], self.factors[int(self.factor_of[k])])
+                )
+            )
+            * float(self.shares[k])
+            for k in range(len(self.views))
+        )
         for j in range(len(self.residual_views)):
             c += self.residual_mechanism(j).cost("add-remove") / float(self.residual_sigma2[j])
         return c
 
     def summary(self) -> dict:
         return {
-            "schema": self.schema.name, "workload": self.workload.spec, "method": self.method, "rmse": self.rmse,
-            "total_variance": self.total_variance, "lower_bound": self.lower_bound, "lower_bound_rmse": rmse(self.lower_bound, self.queries), "gap": self.gap,
-            "qs_rmse": self.qs_rmse, "qs_total_variance": self.qs_total_variance, "ratio": self.ratio,
-            "queries": self.queries, "views": len(self.workload.views), "marginal_views": len(self.views), "residual_only_views": len(self.residual_views),
-            "lower_dim": self.problem.lower_dim, "tied": self.tied, "iterations": self.iterations,
-            **self.budget.to_dict(), "seconds": sum(self.phase_seconds.values()), "phase_seconds": dict(self.phase_seconds),
+            "schema": self.schema.name,
+            "workload": self.workload.spec,
+            "method": self.method,
+            "rmse": self.rmse,
+            "total_variance": self.total_variance,
+            "lower_bound": self.lower_bound,
+            "lower_bound_rmse": rmse(self.lower_bound, self.queries),
+            "gap": self.gap,
+            "qs_rmse": self.qs_rmse,
+            "qs_total_variance": self.qs_total_variance,
+            "ratio": self.ratio,
+            "queries": self.queries,
+            "views": len(self.workload.views),
+            "marginal_views": len(self.views),
+            "residual_only_views": len(self.residual_views),
+            "lower_dim": self.problem.lower_dim,
+            "tied": self.tied,
+            "iterations": self.iterations,
+            **self.budget.to_dict(),
+            "seconds": sum(self.phase_seconds.values()),
+            "phase_seconds": dict(self.phase_seconds),
             "notes": list(self.notes),
         }
 
     def __repr__(self) -> str:
-        return (f"MarginalPlan({self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.6g} (qs {self.qs_rmse:.6g}, "
-                f"ratio {self.ratio:.4f}), gap {self.gap:.1e}, {len(self.views)} marginal views, beta {self.budget.beta:.4g})")
+        return (
+            f"MarginalPlan({self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.6g} (qs {self.qs_rmse:.6g}, "
+            f"ratio {self.ratio:.4f}), gap {self.gap:.1e}, {len(self.views)} marginal views, beta {self.budget.beta:.4g})"
+        )
 
 
 def plan(
@@ -181,10 +218,23 @@ def plan(
     t0 = time.perf_counter()
     budget = Budget.from_beta(1.0) if budget is None else budget
     if budget.neighbours != "add-remove":
-        return _rescaled_for(budget, plan(schema, workload, budget.with_neighbours("add-remove"), max_view_size=max_view_size,
-                                          max_view_cells=max_view_cells, target_gap=target_gap, tie=tie, max_seconds=max_seconds,
-                                          max_iterations=max_iterations, residual_plan=residual_plan, all_numeric=all_numeric,
-                                          optimiser_options=optimiser_options))
+        return _rescaled_for(
+            budget,
+            plan(
+                schema,
+                workload,
+                budget.with_neighbours("add-remove"),
+                max_view_size=max_view_size,
+                max_view_cells=max_view_cells,
+                target_gap=target_gap,
+                tie=tie,
+                max_seconds=max_seconds,
+                max_iterations=max_iterations,
+                residual_plan=residual_plan,
+                all_numeric=all_numeric,
+                optimiser_options=optimiser_options,
+            ),
+        )
     if not 0 < float(target_gap) < 1:
         raise InputError("target_gap", target_gap, "must be in (0, 1)")
     if isinstance(schema, str):
@@ -201,14 +251,18 @@ def plan(
     if max_view_cells is None and how == "auto":
         max_view_cells = _auto_max_view_cells(workload, max_view_size, notes)
         capped = max_view_cells is not None
-    problem = build_problem(workload, residual_plan, max_view_size=max_view_size, max_view_cells=max_view_cells, tie=tie)
+    problem = build_problem(
+        workload, residual_plan, max_view_size=max_view_size, max_view_cells=max_view_cells, tie=tie
+    )
     qs_tv = float(residual_plan.total_variance * residual_plan.budget.beta)  # at beta = 1
     if not problem.views:
         raise InputError("workload", workload.spec, f"has no view of 2..{max_view_size} attributes: qsplus is qs here")
     factors, shares, tau = start_from_residual_plan(problem, residual_plan)
     t2 = time.perf_counter()
     # the start's objective (its bound comes with the descent's first round, when there is one)
-    start_obj = problem.evaluate([problem.residual_gram(k, shares[k] * (f @ f.T)) for k, f in enumerate(factors)], tau, want_grad=False).f
+    start_obj = problem.evaluate(
+        [problem.residual_gram(k, shares[k] * (f @ f.T)) for k, f in enumerate(factors)], tau, want_grad=False
+    ).f
     start_low = 0.0
     if start_obj > qs_tv * (1 + 1e-9):
         notes.append(f"the folded qs start has objective {start_obj:.8g} above qs {qs_tv:.8g}")
@@ -218,15 +272,25 @@ def plan(
         if how in ("auto", "symmetric"):
             why = symmetric.applies(problem)
             if why and how == "symmetric":
-                raise InputError("optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}")
+                raise InputError(
+                    "optimiser method", how, f"does not apply to {workload.spec} over {schema.name}: {why}"
+                )
             if not why:
                 check_deadline(deadline)
-                reduced, restricted = _symmetric_solution(problem, target_gap=target_gap, max_seconds=deadline - time.perf_counter())
-                if reduced.gap > target_gap and not restricted and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS:
+                reduced, restricted = _symmetric_solution(
+                    problem, target_gap=target_gap, max_seconds=deadline - time.perf_counter()
+                )
+                if (
+                    reduced.gap > target_gap
+                    and not restricted
+                    and problem.views[0].cells <= symmetric.INTERIOR_MAX_CELLS
+                ):
                     fallback = reduced
                     check_deadline(deadline)
                     # SCS missed the target: the interior point method
-                    exact, _ = _symmetric_solution(problem, solver="CLARABEL", max_seconds=deadline - time.perf_counter())
+                    exact, _ = _symmetric_solution(
+                        problem, solver="CLARABEL", max_seconds=deadline - time.perf_counter()
+                    )
                     low = max(exact.lower_bound, reduced.lower_bound)  # both bound the same optimum
                     reduced = exact if exact.objective < reduced.objective else reduced
                     reduced.lower_bound = min(reduced.objective, low)
@@ -234,18 +298,28 @@ def plan(
                 if reduced.gap <= target_gap:
                     sol = reduced
                 elif restricted:  # the optimum in practice, its certificate loose: the descent would not do better
-                    notes.append(f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
-                                 f"workload's span; certified gap {reduced.gap:.2e} only")
+                    notes.append(
+                        f"pairs of {problem.views[0].cells} cells: the symmetric reduction kept each pair's top to its "
+                        f"workload's span; certified gap {reduced.gap:.2e} only"
+                    )
                     sol = reduced
                 elif problem.views[0].cells > symmetric.INTERIOR_MAX_CELLS:  # the descent is far slower here
-                    notes.append(f"the symmetric reduction (first-order solver) stopped at certified gap {reduced.gap:.2e}")
+                    notes.append(
+                        f"the symmetric reduction (first-order solver) stopped at certified gap {reduced.gap:.2e}"
+                    )
                     sol = reduced
                 else:
-                    notes.append(f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over")
+                    notes.append(
+                        f"the symmetric reduction stopped at certified gap {reduced.gap:.2e}; the descent took over"
+                    )
                     start_low = max(start_low, reduced.lower_bound)  # a bound on the same optimum
             options.pop("method", None)
         if how == "restricted" and problem.tied:
-            raise InputError("optimiser method", how, f"is for untied problems; {workload.spec} over {schema.name} shares one mechanism across its views")
+            raise InputError(
+                "optimiser method",
+                how,
+                f"is for untied problems; {workload.spec} over {schema.name} shares one mechanism across its views",
+            )
         descended = False
         if sol is None and (how == "restricted" or how == "auto" and _restricted_pays(problem, capped, deadline)):
             sol, low = _restricted_solution(problem, residual_plan, target_gap=target_gap, deadline=deadline)
@@ -253,21 +327,35 @@ def plan(
             descended = True
             options.pop("method", None)
             if sol is not None:
-                notes.append("optimised by the restricted descent (each view's top kept to its workload's span) and its Newton steps")
+                notes.append(
+                    "optimised by the restricted descent (each view's top kept to its workload's span) and its Newton steps"
+                )
         if sol is None and not descended:
             check_deadline(deadline)
-            sol = optimise(problem, factors, shares, tau, target_gap=target_gap, max_seconds=deadline - time.perf_counter(),
-                           max_iterations=max_iterations, **options)
+            sol = optimise(
+                problem,
+                factors,
+                shares,
+                tau,
+                target_gap=target_gap,
+                max_seconds=deadline - time.perf_counter(),
+                max_iterations=max_iterations,
+                **options,
+            )
     except TimeLimit:
         sol = fallback
     if time.perf_counter() > deadline:
-        notes.append(f"the time limit ({max_seconds:g} s) passed: the best certified point is returned"
-                     + ("" if sol is not None else " (the folded qs start)"))
+        notes.append(
+            f"the time limit ({max_seconds:g} s) passed: the best certified point is returned"
+            + ("" if sol is not None else " (the folded qs start)")
+        )
     if sol is None:
         sol = Solution(factors, shares, tau, start_obj, start_low, 0, 0.0, [(0, start_obj, start_low)])
     t3 = time.perf_counter()
     if sol.objective > start_obj:  # never end above the start
-        sol = Solution(factors, shares, tau, start_obj, max(start_low, sol.lower_bound), sol.iterations, sol.seconds, sol.history)
+        sol = Solution(
+            factors, shares, tau, start_obj, max(start_low, sol.lower_bound), sol.iterations, sol.seconds, sol.history
+        )
     sol.lower_bound = min(sol.objective, max(sol.lower_bound, start_low))  # every bound found bounds the same optimum
     if sol.gap > target_gap:
         notes.append(f"stopped at certified gap {sol.gap:.2e} (target {target_gap:.0e})")
@@ -285,17 +373,38 @@ def plan(
         budget_each = sol.tau * beta * roots / roots.sum()  # cost spent on each
         res_sigma2 = costs / budget_each
     out = MarginalPlan(
-        schema, workload, budget, problem, list(v.attrs for v in problem.views), sol.factors, factor_of, view_shares,
-        list(problem.residual_only), res_sigma2, residual_plan, sol.objective / beta, sol.lower_bound / budget.beta, qs_tv / budget.beta,
-        sol.iterations, {"qs": t1 - t0, "build": t2 - t1, "optimise": t3 - t2}, notes,
-        problem_options={"max_view_size": int(max_view_size), "max_view_cells": None if max_view_cells is None else int(max_view_cells)},
+        schema,
+        workload,
+        budget,
+        problem,
+        list(v.attrs for v in problem.views),
+        sol.factors,
+        factor_of,
+        view_shares,
+        list(problem.residual_only),
+        res_sigma2,
+        residual_plan,
+        sol.objective / beta,
+        sol.lower_bound / budget.beta,
+        qs_tv / budget.beta,
+        sol.iterations,
+        {"qs": t1 - t0, "build": t2 - t1, "optimise": t3 - t2},
+        notes,
+        problem_options={
+            "max_view_size": int(max_view_size),
+            "max_view_cells": None if max_view_cells is None else int(max_view_cells),
+        },
     )
     log.info("%r", out)
     return out
 
 
-def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, target_gap: float = DEFAULT_TARGET_GAP,
-                        max_seconds: float | None = None) -> tuple[Solution, bool]:
+def _symmetric_solution(
+    problem: MarginalProblem,
+    solver: str | None = None,
+    target_gap: float = DEFAULT_TARGET_GAP,
+    max_seconds: float | None = None,
+) -> tuple[Solution, bool]:
     """The optimum of :mod:`.symmetric`'s reduced SDP (by ``solver``, None: its default) as a
     :class:`~.optimize.Solution`: its pair Gram with the cell diagonal filled up to the cost (never a
     higher objective), evaluated exactly; and whether the reduction was restricted (its bound is
@@ -307,7 +416,9 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
 
     def accept(sol: symmetric.SymmetricSolution) -> bool:
         if sol.restricted:
-            sol = polish_restricted(problem, sol, max_seconds=None if max_seconds is None else max_seconds - (time.perf_counter() - t0))
+            sol = polish_restricted(
+                problem, sol, max_seconds=None if max_seconds is None else max_seconds - (time.perf_counter() - t0)
+            )
         f, c = _filled_point(problem, sol.gram)
         if f < best["f"] or best["c"] is None:
             best.update(f=f, c=c)
@@ -324,7 +435,7 @@ def _symmetric_solution(problem: MarginalProblem, solver: str | None = None, tar
 
 
 def _auto_max_view_cells(workload: Workload, max_view_size: int, notes: list[str]) -> int | None:
-    """"auto"'s view size limit when the caller gives none: None, unless the schema is not uniform
+    """ "auto"'s view size limit when the caller gives none: None, unless the schema is not uniform
     (no symmetric reduction) and more than AUTO_LARGE_VIEWS views exceed the cells the cell-basis
     descent handles; then those views keep their ``qs`` residual mechanisms (noted), as long as some
     view stays marginal. Measured (2 cores, Table 3's described workloads): with CPS's two such
@@ -337,8 +448,10 @@ def _auto_max_view_cells(workload: Workload, max_view_size: int, notes: list[str
     uniform = len({sizes[i] for a in views for i in a}) <= 1
     if uniform or len(large) <= AUTO_LARGE_VIEWS or len(large) == len(views):
         return None
-    notes.append(f"{len(large)} of the {len(views)} views have more than {SINGLE_THREAD_CELLS} cells: they keep their qs "
-                 f"residual mechanisms (the default for more than {AUTO_LARGE_VIEWS}; pass max_view_cells to choose)")
+    notes.append(
+        f"{len(large)} of the {len(views)} views have more than {SINGLE_THREAD_CELLS} cells: they keep their qs "
+        f"residual mechanisms (the default for more than {AUTO_LARGE_VIEWS}; pass max_view_cells to choose)"
+    )
     return SINGLE_THREAD_CELLS
 
 
@@ -358,12 +471,15 @@ def _restricted_pays(problem: MarginalProblem, capped: bool = False, deadline: f
     the cell-basis descent stood at 8e-3 and 4e-2 after 30)."""
     if problem.tied:
         return False
-    return capped or (max(v.cells for v in problem.views) > SINGLE_THREAD_CELLS
-                      and restricted.kept_fraction(problem, deadline) <= RESTRICT_BELOW)
+    return capped or (
+        max(v.cells for v in problem.views) > SINGLE_THREAD_CELLS
+        and restricted.kept_fraction(problem, deadline) <= RESTRICT_BELOW
+    )
 
 
-def _restricted_solution(problem: MarginalProblem, residual_plan: Plan, *, target_gap: float,
-                         deadline: float) -> tuple[Solution | None, float]:
+def _restricted_solution(
+    problem: MarginalProblem, residual_plan: Plan, *, target_gap: float, deadline: float
+) -> tuple[Solution | None, float]:
     """(The restricted descent of :mod:`.restricted` (every view's top kept to its workload's span)
     as a :class:`~.optimize.Solution` in the plan's form: per view the unit-diagonal factor of its
     cell Gram, the diagonal filled up to the view's cost; objective evaluated on the whole problem,
@@ -386,7 +502,9 @@ def _filled_point(problem: MarginalProblem, gram: np.ndarray) -> tuple[float, np
     cost and mixed with a little of the identity until its objective is finite
     (:func:`.optimize.filled_correlation`, :func:`.optimize.least_mixed`)."""
     c, _ = filled_correlation(gram)
-    f, mixed, _ = least_mixed(problem, [c], [1.0 / len(problem.views)], 0.0, mixes=(JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3))
+    f, mixed, _ = least_mixed(
+        problem, [c], [1.0 / len(problem.views)], 0.0, mixes=(JITTER, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)
+    )
     if mixed is None:
         mix = 1e-3
         return math.inf, (1 - mix) * c + mix * np.eye(len(c))
@@ -402,9 +520,19 @@ def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
     scale = budget.beta * (1 - BUDGET_MARGIN) / cost  # shares (1 / sigma^2) times this
     qs_ref = plan_residual(base.workload, "qs", QSSolver(), Budget.from_beta(1.0).with_neighbours(budget.neighbours))
     qs_tv = float(qs_ref.total_variance * qs_ref.budget.beta) / budget.beta
-    out = replace(base, budget=budget, shares=base.shares * scale, residual_sigma2=base.residual_sigma2 / scale,
-                  total_variance=base.total_variance / scale, lower_bound=0.0, qs_total_variance=qs_tv,
-                  notes=list(base.notes) + [f"{budget.neighbours} neighbours: the add-remove optimum with its noise scaled to the {budget.neighbours} cost "
-                                            f"({cost:.6g} at the add-remove plan); not certified under {budget.neighbours}"])
+    out = replace(
+        base,
+        budget=budget,
+        shares=base.shares * scale,
+        residual_sigma2=base.residual_sigma2 / scale,
+        total_variance=base.total_variance / scale,
+        lower_bound=0.0,
+        qs_total_variance=qs_tv,
+        notes=list(base.notes)
+        + [
+            f"{budget.neighbours} neighbours: the add-remove optimum with its noise scaled to the {budget.neighbours} cost "
+            f"({cost:.6g} at the add-remove plan); not certified under {budget.neighbours}"
+        ],
+    )
     log.info("%r", out)
     return out

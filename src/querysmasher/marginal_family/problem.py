@@ -37,7 +37,16 @@ from ..families import gram_1d
 from ..workload import Workload
 from .basis import attribute_basis, from_residual, subset_dim, to_residual, view_coords
 
-__all__ = ["MarginalView", "WorkloadBlock", "MarginalProblem", "Evaluation", "build_problem", "informative_attrs", "marginal_view_attrs", "workload_residual_gram"]
+__all__ = [
+    "MarginalView",
+    "WorkloadBlock",
+    "MarginalProblem",
+    "Evaluation",
+    "build_problem",
+    "informative_attrs",
+    "marginal_view_attrs",
+    "workload_residual_gram",
+]
 
 
 def workload_residual_gram(workload: Workload, attrs: tuple[int, ...]) -> np.ndarray:
@@ -72,7 +81,9 @@ class MarginalView:
     low_glob: np.ndarray
     gtt: np.ndarray = None  # G's top block (sum over the workload views containing the top), 1/n_v scaled
     jcols: np.ndarray = None  # lower-system columns of (G R)[top, :]
-    basis: np.ndarray | None = None  # cells x dim: the cell-basis columns of the coordinates (None: all residual coordinates)
+    basis: np.ndarray | None = (
+        None  # cells x dim: the cell-basis columns of the coordinates (None: all residual coordinates)
+    )
 
     @property
     def cells(self) -> int:
@@ -211,13 +222,19 @@ class MarginalProblem:
                 psum = p.ravel()[flat].reshape(nv, k0, k0).sum(axis=0)
                 z = self._z(ainv, kk, v0.gtt * nv, js[0], qsum, psum, v0)
             else:
-                z = sum(self._z(ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v)
-                        for k, v in enumerate(self.views))
+                z = sum(
+                    self._z(
+                        ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v
+                    )
+                    for k, v in enumerate(self.views)
+                )
             grads.append(-z / v0.cells)
         else:
             for k, v in enumerate(self.views):
                 ainv, kk, _ = elim[k]
-                z = self._z(ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v)
+                z = self._z(
+                    ainv, kk, v.gtt, js[k], q[np.ix_(v.jcols, v.low_glob)], p[np.ix_(v.low_glob, v.low_glob)], v
+                )
                 grads.append(-z / v.cells)
         return Evaluation(f, grads, dtau, {"q": q, "p": p, "m": mm})
 
@@ -232,7 +249,11 @@ class MarginalProblem:
     def _scatter(self, blocks: list[np.ndarray]) -> np.ndarray:
         """sum_g embed(block_g) over the lower system (one block shared by every view when only one is given)."""
         flat, _ = self._flat()
-        vals = np.tile(blocks[0].ravel(), len(self.views)) if len(blocks) == 1 else np.concatenate([b.ravel() for b in blocks])
+        vals = (
+            np.tile(blocks[0].ravel(), len(self.views))
+            if len(blocks) == 1
+            else np.concatenate([b.ravel() for b in blocks])
+        )
         nl = self.lower_dim
         return np.bincount(flat, weights=vals, minlength=nl * nl).reshape(nl, nl)
 
@@ -301,7 +322,10 @@ def _symmetric(schema_sizes, grams: dict[tuple[int, ...], np.ndarray]) -> bool:
             return False
         w0 = items[0][1]
         scale = max(1.0, float(np.abs(w0).max()))
-        if any(w is not w0 and (w.shape != w0.shape or not np.allclose(w, w0, rtol=1e-10, atol=1e-12 * scale)) for _, w in items):
+        if any(
+            w is not w0 and (w.shape != w0.shape or not np.allclose(w, w0, rtol=1e-10, atol=1e-12 * scale))
+            for _, w in items
+        ):
             return False
         n = schema_sizes[used[0]]
         t = w0.reshape((n,) * (2 * k))
@@ -320,7 +344,9 @@ def informative_attrs(sizes: tuple[int, ...], attrs: tuple[int, ...]) -> tuple[i
     return tuple(a for a in attrs if sizes[a] > 1)
 
 
-def marginal_view_attrs(workload: Workload, max_view_size: int = 2, max_view_cells: int | None = None) -> list[tuple[int, ...]]:
+def marginal_view_attrs(
+    workload: Workload, max_view_size: int = 2, max_view_cells: int | None = None
+) -> list[tuple[int, ...]]:
     """The attribute sets that get marginal mechanisms: the workload's sets of 2..``max_view_size``
     attributes of size above 1 (:func:`informative_attrs`) and at most ``max_view_cells`` cells
     (None: any) not inside another such set.
@@ -334,13 +360,22 @@ def marginal_view_attrs(workload: Workload, max_view_size: int = 2, max_view_cel
     # an attribute of size 1 is constant: a view's marginal is its other attributes' (no residual
     # coordinate involves it), so the family's view is over those
     attr_sets = sorted({informative_attrs(sizes, v.attrs) for v in workload.views}, key=lambda a: (len(a), a))
-    cand = [a for a in attr_sets if 2 <= len(a) <= max_view_size
-            and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)]
+    cand = [
+        a
+        for a in attr_sets
+        if 2 <= len(a) <= max_view_size and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)
+    ]
     return [a for a in cand if not any(set(a) < set(b) for b in cand)]
 
 
-def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int = 2, max_view_cells: int | None = None,
-                  tie: bool | None = None) -> MarginalProblem:
+def build_problem(
+    workload: Workload,
+    residual_plan=None,
+    *,
+    max_view_size: int = 2,
+    max_view_cells: int | None = None,
+    tie: bool | None = None,
+) -> MarginalProblem:
     """The marginal-family problem of ``workload``: marginal views are the workload's attribute sets
     of 2..``max_view_size`` attributes not inside another such set; ``residual_plan`` (a ``qs``
     :class:`~querysmasher.plan.Plan` at beta = 1) gives the residual-only subsets' losses and costs.
@@ -352,7 +387,10 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
     attr_sets = sorted({v.attrs for v in workload.views}, key=lambda a: (len(a), a))
     mviews_attrs = marginal_view_attrs(workload, max_view_size, max_view_cells)
     mindex = {a: i for i, a in enumerate(mviews_attrs)}
-    lower_sets = sorted({s for g in mviews_attrs for k in range(len(g)) for s in itertools.combinations(g, k)}, key=lambda a: (len(a), a))
+    lower_sets = sorted(
+        {s for g in mviews_attrs for k in range(len(g)) for s in itertools.combinations(g, k)},
+        key=lambda a: (len(a), a),
+    )
     lower_sets = [s for s in lower_sets if subset_dim(sizes_all, s) > 0]
     lower, off = {}, 0
     for s in lower_sets:
@@ -376,9 +414,13 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
     grams = {}
     sigs = {}
     for a in attr_sets:
-        sig = (tuple(sizes_all[i] for i in a),) + tuple(sorted(
-            (v.family, v.factors, v.weight, v.term, (v.seed, v.attrs) if v.family in ("random", "custom") else None)
-            for v in workload.views if v.attrs == a))
+        sig = (tuple(sizes_all[i] for i in a),) + tuple(
+            sorted(
+                (v.family, v.factors, v.weight, v.term, (v.seed, v.attrs) if v.family in ("random", "custom") else None)
+                for v in workload.views
+                if v.attrs == a
+            )
+        )
         if sig not in by_sig:
             by_sig[sig] = workload_residual_gram(workload, a)
         grams[a], sigs[a] = by_sig[sig], sig
@@ -445,9 +487,15 @@ def build_problem(workload: Workload, residual_plan=None, *, max_view_size: int 
     # symmetric workload: tie=true elsewhere would report a wrong error (or fail on uneven views).
     symmetric = len(views) > 1 and _symmetric(sizes_all, grams)
     if tie and not symmetric:
-        raise InputError("qsplus tie", tie, "applies only to a workload of 2+ marginal views symmetric under "
-                                            "attribute permutations (uniform sizes, the same queries on every "
-                                            "subset); leave it unset or false")
+        raise InputError(
+            "qsplus tie",
+            tie,
+            "applies only to a workload of 2+ marginal views symmetric under "
+            "attribute permutations (uniform sizes, the same queries on every "
+            "subset); leave it unset or false",
+        )
     if tie is None:
         tie = symmetric
-    return MarginalProblem(workload, views, lower, lower_dim, blocks, m0, res_only, np.array(roots), bool(tie) and len(views) > 0, local)
+    return MarginalProblem(
+        workload, views, lower, lower_dim, blocks, m0, res_only, np.array(roots), bool(tie) and len(views) > 0, local
+    )

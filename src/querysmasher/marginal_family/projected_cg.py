@@ -82,7 +82,7 @@ class StepSystem:
     def metric_inv(self, d):
         dys, dv = d
         out = np.empty_like(dv)
-        out[:self.nv] = dv[:self.nv] * self.share_inv
+        out[: self.nv] = dv[: self.nv] * self.share_inv
         if self.has_tau:
             out[self.nv] = dv[self.nv] * self.tau_inv
         return [s @ y @ s / c for s, y, c in zip(self.roots, dys, self.curv)], out
@@ -103,7 +103,7 @@ def axpy(alpha, x, y):
     return [alpha * p + q for p, q in zip(x[0], y[0])], alpha * x[1] + y[1]
 
 
-def direction(st: "StepSystem", grad, hess, resid, cg_iterations: int, enough: float = 0.0):
+def direction(st: StepSystem, grad, hess, resid, cg_iterations: int, enough: float = 0.0):
     """The Newton direction by projected CG: (x, the multipliers, CG iterations, the model's value at
     x); CG stops once <r, P r> is below CG_RTOL of its start or below ``enough`` (in the objective's
     units: with the metric near the Hessian, about twice the model's decrease still to come)."""
@@ -138,6 +138,8 @@ def direction(st: "StepSystem", grad, hess, resid, cg_iterations: int, enough: f
             best = (rz_new, x, lam)
         p = axpy(rz_new / rz, p, ([-a for a in zr[0]], -zr[1]))
         rz = rz_new
-    log.debug("qsplus newton CG: %d iterations, <r, P r> %.3e from %.3e (best %.3e, enough %.3e)", k, rz, rz0, best[0], enough)
+    log.debug(
+        "qsplus newton CG: %d iterations, <r, P r> %.3e from %.3e (best %.3e, enough %.3e)", k, rz, rz0, best[0], enough
+    )
     _, x, lam = best
     return x, lam, k, dot(grad, x) + 0.5 * dot(x, hess(x))

@@ -19,14 +19,16 @@ import numpy as np
 
 from ..decompose import view_answers
 from ..measurement import LinearMeasurement, Measurements
-from .gls import solver_of, query_variances, table_estimable, view_queries, view_table
+from .gls import query_variances, solver_of, table_estimable, view_queries, view_table
 from .operators import measurement_operators, operator_cost
 
 __all__ = ["marginal_measurements", "MarginalEstimates", "MarginalVariances", "MAX_TABLE_CELLS"]
 
 MAX_TABLE_CELLS = 4096  # cell variances of a table: explicit (cells x cells) up to this many cells
 
-_OPERATORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # one square root per residual-only mechanism and plan
+_OPERATORS: weakref.WeakKeyDictionary = (
+    weakref.WeakKeyDictionary()
+)  # one square root per residual-only mechanism and plan
 
 
 def _operators(plan):
@@ -39,9 +41,18 @@ def _operators(plan):
 def marginal_measurements(plan) -> list[LinearMeasurement]:
     """The plan's measurements in order: marginal views, then residual-only subsets."""
     neighbours = plan.budget.neighbours
-    return [LinearMeasurement(m.attrs, int(m.operator.shape[0]), m.operator.__matmul__, "gaussian", float(m.sigma2),
-                              operator_cost(m.operator, neighbours), k)
-            for k, m in enumerate(_operators(plan))]
+    return [
+        LinearMeasurement(
+            m.attrs,
+            int(m.operator.shape[0]),
+            m.operator.__matmul__,
+            "gaussian",
+            float(m.sigma2),
+            operator_cost(m.operator, neighbours),
+            k,
+        )
+        for k, m in enumerate(_operators(plan))
+    ]
 
 
 class MarginalEstimates:

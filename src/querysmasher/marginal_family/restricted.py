@@ -45,13 +45,24 @@ import scipy.optimize
 from .active_newton import UnionSpace, newton_steps
 from .basis import view_basis
 from .certificate import sdp_upper
-from .deadline import TimeLimit, Timed, check_deadline, past
+from .deadline import Timed, TimeLimit, check_deadline, past
 from .optimize import JITTER, filled_correlation, folded_tau, folded_view, least_mixed, truncated_newton
 from .problem import MarginalProblem, MarginalView, WorkloadBlock
 
 log = logging.getLogger(__name__)
 
-__all__ = ["restrict", "kept_tops", "restricted_gram", "restricted_start", "descend", "bound", "cell_factors", "RestrictedPoint", "kept_fraction", "TEMPERATURES"]
+__all__ = [
+    "restrict",
+    "kept_tops",
+    "restricted_gram",
+    "restricted_start",
+    "descend",
+    "bound",
+    "cell_factors",
+    "RestrictedPoint",
+    "kept_fraction",
+    "TEMPERATURES",
+]
 
 KEEP_RTOL = 1e-10  # eigenvalues of a top's workload Gram above this fraction of its largest span the kept top
 TEMPERATURES = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)  # of each view's largest cell cost, one L-BFGS run each
@@ -113,7 +124,7 @@ def restrict(problem: MarginalProblem, deadline: float | None = None) -> tuple[M
         p[b.low_pos, np.arange(len(b.low_pos))] = 1.0
         tops, off = [], len(b.low_pos)
         for (o, rows), k in zip(b.tops, cols[1:]):
-            p[rows, off:off + k] = kept[o]
+            p[rows, off : off + k] = kept[o]
             tops.append((o, off + np.arange(k)))
             off += k
         w = p.T @ b.w @ p
@@ -160,7 +171,7 @@ def restricted_gram(view: MarginalView, rt: np.ndarray, y: np.ndarray) -> np.nda
     n = y.shape[0]
     p = np.zeros((n, len(view.low) + rt.shape[1]))
     p[view.low, np.arange(len(view.low))] = 1.0
-    p[view.top, len(view.low):] = rt
+    p[view.top, len(view.low) :] = rt
     eps = 1e-12 * max(float(np.diag(y).max(initial=0.0)), 1e-300)
     ch = scipy.linalg.cho_factor((y + y.T) / 2 + eps * np.eye(n), lower=True)
     w = scipy.linalg.solve_triangular(ch[0], p, lower=True)  # L^-1 P: P^T y^-1 P = W^T W
@@ -169,8 +180,9 @@ def restricted_gram(view: MarginalView, rt: np.ndarray, y: np.ndarray) -> np.nda
     return (out + out.T) / 2
 
 
-def restricted_start(problem: MarginalProblem, rp: MarginalProblem, kept: list[np.ndarray], residual_plan,
-                     deadline: float | None = None) -> RestrictedPoint:
+def restricted_start(
+    problem: MarginalProblem, rp: MarginalProblem, kept: list[np.ndarray], residual_plan, deadline: float | None = None
+) -> RestrictedPoint:
     """The ``qs`` plan folded into the family (:func:`.optimize.folded_view`, one view at a time)
     and restricted: each view's Schur complement on its kept coordinates (the same objective, no
     more cost), scaled to cost 1. :class:`~.optimize.TimeLimit` once ``deadline`` passes."""
@@ -210,7 +222,7 @@ class _Smoothed:
     def unpack(self, x) -> tuple[list[np.ndarray], float]:
         ls, o = [], 0
         for k, n in enumerate(self.dims):
-            ls.append(self.anchors[k] @ x[o:o + n * n].reshape(n, n))
+            ls.append(self.anchors[k] @ x[o : o + n * n].reshape(n, n))
             o += n * n
         tau = math.exp(float(x[o])) if self.has_tau else 0.0
         return ls, tau
@@ -274,9 +286,19 @@ class _Smoothed:
         return value, np.concatenate(grads)
 
 
-def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, target_gap: float,
-            iterations_per_temperature: int = 2000, temperatures=TEMPERATURES, newton_iterations: int = 20, cg_iterations: int = 40, barrier: float = 1.0,
-            active_newton: bool = True) -> RestrictedPoint:
+def descend(
+    rp: MarginalProblem,
+    start: RestrictedPoint,
+    *,
+    max_seconds: float,
+    target_gap: float,
+    iterations_per_temperature: int = 2000,
+    temperatures=TEMPERATURES,
+    newton_iterations: int = 20,
+    cg_iterations: int = 40,
+    barrier: float = 1.0,
+    active_newton: bool = True,
+) -> RestrictedPoint:
     """L-BFGS on log f + log c from ``start`` at falling temperatures (module docstring), each
     temperature's point scaled to cost 1 and certified by :func:`bound`, then (``active_newton``)
     Newton steps with its active cells held equal (:func:`.active_newton.newton_steps`) from the
@@ -288,7 +310,9 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
     obj = _Smoothed(rp)
     union = UnionSpace(rp) if active_newton else None
     best = bound(rp, start, deadline=deadline)
-    log.info("qsplus restricted: start objective %.10g, bound %.10g, gap %.2e", best.objective, best.lower_bound, best.gap)
+    log.info(
+        "qsplus restricted: start objective %.10g, bound %.10g, gap %.2e", best.objective, best.lower_bound, best.gap
+    )
     x = obj.pack(best.ys, best.tau)
     for rel in temperatures:
         if best.gap <= target_gap or time.perf_counter() > deadline:
@@ -299,8 +323,13 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
 
         fun = Timed(obj, deadline)
         try:
-            res = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
-                                          options={"maxiter": iterations_per_temperature, "maxcor": 30, "gtol": 1e-14, "ftol": 1e-16})
+            res = scipy.optimize.minimize(
+                fun,
+                x,
+                jac=True,
+                method="L-BFGS-B",
+                options={"maxiter": iterations_per_temperature, "maxcor": 30, "gtol": 1e-14, "ftol": 1e-16},
+            )
             if np.all(np.isfinite(res.x)) and math.isfinite(res.fun):
                 x = res.x
             nit, msg = res.nit, res.message
@@ -318,8 +347,17 @@ def descend(rp: MarginalProblem, start: RestrictedPoint, *, max_seconds: float, 
         # objective (its nine pairs of at most 700 cells, temperature 1e-2) where the polish left 0.019
         pt = bound(rp, RestrictedPoint(ys, tau), extra=obj.weights(x), polish=True, deadline=deadline)
         best = _better(best, pt)
-        log.info("qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
-                 rel, nit, msg, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
+        log.info(
+            "qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
+            rel,
+            nit,
+            msg,
+            pt.objective,
+            best.objective,
+            best.lower_bound,
+            best.gap,
+            time.perf_counter() - t0,
+        )
         if nit < 0:
             break
         if union is not None and best.gap > target_gap and time.perf_counter() < deadline:
@@ -337,8 +375,9 @@ def _better(best: RestrictedPoint, pt: RestrictedPoint) -> RestrictedPoint:
     return best
 
 
-def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSpace, deadline: float, t0: float,
-                      barrier: float):
+def _newton_last_mile(
+    rp: MarginalProblem, best: RestrictedPoint, union: UnionSpace, deadline: float, t0: float, barrier: float
+):
     """(The better of ``best`` and the point after Newton steps from it (their log-det barrier from
     ``barrier``, the descent's at the temperature it ends), certified; the union space, or None once
     the steps are not attempted or found no decrease on this problem)."""
@@ -348,13 +387,28 @@ def _newton_last_mile(rp: MarginalProblem, best: RestrictedPoint, union: UnionSp
         return best, None
     pt = bound(rp, RestrictedPoint(res.ys, res.tau), extra=res.weights, polish=True, deadline=deadline)
     best = _better(best, pt)
-    log.info("qsplus restricted: %d Newton steps (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
-             res.steps, res.message, pt.objective, best.objective, best.lower_bound, best.gap, time.perf_counter() - t0)
+    log.info(
+        "qsplus restricted: %d Newton steps (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
+        res.steps,
+        res.message,
+        pt.objective,
+        best.objective,
+        best.lower_bound,
+        best.gap,
+        time.perf_counter() - t0,
+    )
     return best, union
 
 
-def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish: bool = False, extra=None,
-          deadline: float | None = None) -> RestrictedPoint:
+def bound(
+    rp: MarginalProblem,
+    point: RestrictedPoint,
+    *,
+    deltas=DELTAS,
+    polish: bool = False,
+    extra=None,
+    deadline: float | None = None,
+) -> RestrictedPoint:
     """``point`` (cost 1) with its objective and the best certified bound over ``deltas``: for the
     regularised point Y_g + delta t_g I (t_g: the view's cost), f_marg(Y') >= 2 f_marg - sum_g <D_g, Y'_g>
     for every feasible Y' (convexity, degree -1), D_g minus the gradient in the kept coordinates, and
@@ -378,7 +432,10 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
             return 0.0
         marg = ev.f - (lres / point.tau if lres > 0 and point.tau > 0 else 0.0)
         more = [() if extra is None or not np.any(extra[k] > 0) else (extra[k],) for k in range(len(ys))]
-        heur = [sdp_upper(None, y, basis=v.basis, projected=-g, extra=more[k]) for k, (v, y, g) in enumerate(zip(rp.views, ys, ev.grads))]
+        heur = [
+            sdp_upper(None, y, basis=v.basis, projected=-g, extra=more[k])
+            for k, (v, y, g) in enumerate(zip(rp.views, ys, ev.grads))
+        ]
         mu = max(heur, default=0.0)
         if pol:  # polish views from the largest bound down, while one could still be the maximum
             order = np.argsort(heur)[::-1]
@@ -386,8 +443,21 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
             for i, k in enumerate(order):
                 if heur[k] <= polished:
                     break
-                polished = max(polished, min(heur[k], sdp_upper(None, ys[k], polish=True, basis=rp.views[k].basis, projected=-ev.grads[k], extra=more[k],
-                                                              deadline=deadline)))
+                polished = max(
+                    polished,
+                    min(
+                        heur[k],
+                        sdp_upper(
+                            None,
+                            ys[k],
+                            polish=True,
+                            basis=rp.views[k].basis,
+                            projected=-ev.grads[k],
+                            extra=more[k],
+                            deadline=deadline,
+                        ),
+                    ),
+                )
             mu = polished
         if mu <= 0 or not math.isfinite(mu):
             return 0.0
@@ -405,8 +475,9 @@ def bound(rp: MarginalProblem, point: RestrictedPoint, *, deltas=DELTAS, polish:
     return RestrictedPoint(point.ys, point.tau, f0, min(best, f0))
 
 
-def cell_factors(problem: MarginalProblem, rp: MarginalProblem, point: RestrictedPoint,
-                 deadline: float | None = None) -> tuple[float, list[np.ndarray], np.ndarray]:
+def cell_factors(
+    problem: MarginalProblem, rp: MarginalProblem, point: RestrictedPoint, deadline: float | None = None
+) -> tuple[float, list[np.ndarray], np.ndarray]:
     """(Objective evaluated on the full problem, per view the unit-diagonal factor F of its cell
     Gram with the diagonal filled up to its cost, per view its cost t) of a restricted point: the
     plan's form (X_g = t_g F F^T), by :func:`.optimize.filled_correlation` and

@@ -58,10 +58,21 @@ from .problem import MarginalProblem, workload_residual_gram
 
 log = logging.getLogger(__name__)
 
-__all__ = ["applies", "SymmetricSolution", "solve_symmetric", "PairReduction", "pair_share_gram", "workload_top", "dual_bound", "MAX_CELLS"]
+__all__ = [
+    "applies",
+    "SymmetricSolution",
+    "solve_symmetric",
+    "PairReduction",
+    "pair_share_gram",
+    "workload_top",
+    "dual_bound",
+    "MAX_CELLS",
+]
 
 MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's blocks have ~ 3 n coordinates)
-EXACT_MAX_CELLS = 400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
+EXACT_MAX_CELLS = (
+    400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
+)
 INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solved again by Clarabel (interior point) when SCS's certificate misses the target
 # Measured on [n]^40 (2 cores): whole space n = 10 by Clarabel certifies affine:2 / abs:2 to 4e-7 / 3e-6 in 118 / 80 s
 # (1.8 / 1.3 GB); by SCS affine:2 to 7e-7 in 32 s but abs:2 only to 0.72 in 285 s before the certificate's s(D) was
@@ -71,9 +82,16 @@ INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solve
 # 854 s (0.9 GB).
 SCS_OPTIONS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200000}  # up to 400 cells
 SCS_LARGE_OPTIONS = {"eps_abs": 1e-5, "eps_rel": 1e-5, "max_iters": 50000}  # restricted beyond 400 cells, then polished
-SCS_TIGHTER_OPTIONS = {"eps_abs": 3e-6, "eps_rel": 3e-6, "max_iters": 50000}  # warm-started again when that misses the target,
+SCS_TIGHTER_OPTIONS = {
+    "eps_abs": 3e-6,
+    "eps_rel": 3e-6,
+    "max_iters": 50000,
+}  # warm-started again when that misses the target,
 SCS_TIGHT_OPTIONS = {"eps_abs": 1e-6, "eps_rel": 1e-6, "max_iters": 50000}  # then at 1e-6 if that misses it too
-TIME_LIMIT_OPTION = {"SCS": "time_limit_secs", "CLARABEL": "time_limit"}  # each solver's name for its time limit (seconds)
+TIME_LIMIT_OPTION = {
+    "SCS": "time_limit_secs",
+    "CLARABEL": "time_limit",
+}  # each solver's name for its time limit (seconds)
 # Restricted [30]^40 prefix:1+affine:2 (one BLAS thread, another job beside it): SCS at 1e-5 97 s, polished to a
 # certified 3.9e-5; at 1e-6 465 s from the start, 2.4e-6; 1e-5 then 1e-6 warm-started 90 + 130 s, 1.4e-6.
 # Restricted [50]^40 prefix:1+affine:2 (2026-12-05, one BLAS thread, another job beside it): 1e-5 in 690 s left a
@@ -132,7 +150,9 @@ class PairReduction:
         nv = n - 1
         idx = np.arange(n * n).reshape(n, n)
         h = 1 / math.sqrt(2)
-        swap = np.array([(j2 - 1) * nv + (j1 - 1) for j1 in range(1, n) for j2 in range(1, n)])  # top index of the swapped coordinate
+        swap = np.array(
+            [(j2 - 1) * nv + (j1 - 1) for j1 in range(1, n) for j2 in range(1, n)]
+        )  # top index of the swapped coordinate
         if top is None:
             even_cols, odd_cols = [], []
             for j1 in range(1, n):
@@ -157,7 +177,7 @@ class PairReduction:
         je[0, 0] = 1.0
         je[idx[1:, 0], 1 + np.arange(nv)] = h
         je[idx[0, 1:], 1 + np.arange(nv)] = h
-        je[top_rows, 1 + nv:] = top_even
+        je[top_rows, 1 + nv :] = top_even
         jo = np.zeros((n * n, nv + top_odd.shape[1]))
         jo[idx[1:, 0], np.arange(nv)] = h
         jo[idx[0, 1:], np.arange(nv)] = -h
@@ -174,7 +194,9 @@ class PairReduction:
     @property
     def trivial_scale(self) -> np.ndarray:
         """The trivial block's coordinates in the even ones: total, alpha / sqrt(d/2), beta / sqrt(m)."""
-        return np.concatenate([[1.0], np.full(self.n - 1, math.sqrt(2 / self.d)), np.full(self.re, 1 / math.sqrt(self.m))])
+        return np.concatenate(
+            [[1.0], np.full(self.n - 1, math.sqrt(2 / self.d)), np.full(self.re, 1 / math.sqrt(self.m))]
+        )
 
     def blocks(self, ke, ko, xp=np):
         """The four isotypic blocks (isometric multiplicity coordinates) of sum_g embed(Y) for the pair
@@ -184,11 +206,17 @@ class PairReduction:
         oa, ot = self.o_a, self.o_top
         triv = m * _scaled(ke, self.trivial_scale, xp)
         bmat = np.block if xp is np else xp.bmat
-        std = bmat([
-            [(d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa], math.sqrt((d - 2) / 2) * ke[a, t], math.sqrt(d / 2) * ko[oa, ot]],
-            [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
-            [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
-        ])
+        std = bmat(
+            [
+                [
+                    (d - 2) / 2 * ke[a, a] + d / 2 * ko[oa, oa],
+                    math.sqrt((d - 2) / 2) * ke[a, t],
+                    math.sqrt(d / 2) * ko[oa, ot],
+                ],
+                [math.sqrt((d - 2) / 2) * ke[t, a], ke[t, t], np.zeros((self.re, self.ro))],
+                [math.sqrt(d / 2) * ko[ot, oa], np.zeros((self.ro, self.re)), ko[ot, ot]],
+            ]
+        )
         return [triv, std, ke[t, t], ko[ot, ot]]
 
     def adjoint(self, phis) -> tuple[np.ndarray, np.ndarray]:
@@ -269,8 +297,14 @@ def workload_top(pair_gram: np.ndarray, n: int) -> np.ndarray:
     return vec[:, w > 1e-10 * max(float(w.max()), 1e-300)]
 
 
-def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndarray], gram: np.ndarray, extra=(),
-               deadline: float | None = None) -> float:
+def dual_bound(
+    red: PairReduction,
+    gblocks: list[np.ndarray],
+    phis: list[np.ndarray],
+    gram: np.ndarray,
+    extra=(),
+    deadline: float | None = None,
+) -> float:
     """The certificate from dual blocks ``phis`` (any PSD Phi per isotypic block gives a valid bound;
     scale-free): T(Phi)^2 / s(D(Phi)), T = sum mult tr((G^1/2 Phi G^1/2)^1/2), D one view's share of
     the blocks' adjoint in its cell basis, s(D) over the kept subspace when ``red`` is restricted
@@ -294,9 +328,17 @@ def dual_bound(red: PairReduction, gblocks: list[np.ndarray], phis: list[np.ndar
     return tsum**2 / s_upper if s_upper > 0 and math.isfinite(s_upper) else 0.0
 
 
-def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, solver: str | None = None, verbose: bool = False,
-                    solver_options: dict | None = None, accept=None, tighter: tuple[dict, ...] | None = None,
-                    max_seconds: float | None = None) -> SymmetricSolution:
+def solve_symmetric(
+    problem: MarginalProblem,
+    *,
+    restrict: bool | None = None,
+    solver: str | None = None,
+    verbose: bool = False,
+    solver_options: dict | None = None,
+    accept=None,
+    tighter: tuple[dict, ...] | None = None,
+    max_seconds: float | None = None,
+) -> SymmetricSolution:
     """Solve the reduced SDP of ``problem`` (:func:`applies` must be "") and certify it.
 
     ``restrict``: keep of each pair's top only the span of its workload's top (the lower residuals
@@ -390,10 +432,23 @@ def solve_symmetric(problem: MarginalProblem, *, restrict: bool | None = None, s
         # the solver's cost multipliers and the diagonal heuristics; a first-order solver's multipliers
         # are rough, so s(D) is polished. Restricted: s(D) over the kept subspace only (module docstring)
         lam_dual = np.maximum(lam_dual, 1e-12 * max(float(lam_dual.max()), 1e-300))
-        bound = dual_bound(red, gblocks, phis, gram, extra=(lam_dual,), deadline=None if max_seconds is None else t0 + max_seconds)
-        out = SymmetricSolution(gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict)
-        log.info("qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
-                 "restricted " if restrict else "", red.m, n, d, out.sdp_value, bound, out.seconds, prob.status)
+        bound = dual_bound(
+            red, gblocks, phis, gram, extra=(lam_dual,), deadline=None if max_seconds is None else t0 + max_seconds
+        )
+        out = SymmetricSolution(
+            gram, bound, float(prob.value) * red.m, time.perf_counter() - t0, str(prob.status), restrict
+        )
+        log.info(
+            "qsplus: %ssymmetric reduction of %d pairs over [%d]^%d: SDP %.10g, bound %.10g, %.1f s (%s)",
+            "restricted " if restrict else "",
+            red.m,
+            n,
+            d,
+            out.sdp_value,
+            bound,
+            out.seconds,
+            prob.status,
+        )
         return out
 
     first = dict(solver_options or {})

@@ -29,7 +29,7 @@ import scipy.linalg
 import scipy.optimize
 
 from .basis import view_basis
-from .deadline import TimeLimit, Timed, past
+from .deadline import Timed, TimeLimit, past
 from .problem import MarginalProblem
 from .symmetric import PairReduction, SymmetricSolution, pair_share_gram, workload_top
 
@@ -64,7 +64,7 @@ class _Reduced:
 
     def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ne, no = self.red.ne, self.red.no
-        return x[: ne * ne].reshape(ne, ne), x[ne * ne:].reshape(no, no)
+        return x[: ne * ne].reshape(ne, ne), x[ne * ne :].reshape(no, no)
 
     def costs(self, ke: np.ndarray, ko: np.ndarray) -> np.ndarray:
         """Each swap orbit's cell cost, diag(U (je ke je^T + jo ko jo^T) U^T)."""
@@ -109,7 +109,9 @@ class _Reduced:
         return math.log(f) + math.log(c), np.concatenate([(2 * ge @ le).ravel(), (2 * go @ lo).ravel()])
 
 
-def polish_restricted(problem: MarginalProblem, solution: SymmetricSolution, *, max_seconds: float | None = None) -> SymmetricSolution:
+def polish_restricted(
+    problem: MarginalProblem, solution: SymmetricSolution, *, max_seconds: float | None = None
+) -> SymmetricSolution:
     """``solution`` (a restricted point of :func:`.symmetric.solve_symmetric`) polished: its Gram
     moved by L-BFGS towards the restricted problem's optimum (module docstring), its bound
     unchanged, within ``max_seconds``. Returns ``solution`` itself when the polish does not lower the objective."""
@@ -133,8 +135,14 @@ def polish_restricted(problem: MarginalProblem, solution: SymmetricSolution, *, 
             break
         fun = Timed(r.smoothed, deadline)
         try:
-            res = scipy.optimize.minimize(fun, x, args=(temp,), jac=True, method="L-BFGS-B",
-                                          options={"maxiter": _ITERATIONS_PER_TEMPERATURE, "gtol": 1e-12, "ftol": 1e-15})
+            res = scipy.optimize.minimize(
+                fun,
+                x,
+                args=(temp,),
+                jac=True,
+                method="L-BFGS-B",
+                options={"maxiter": _ITERATIONS_PER_TEMPERATURE, "gtol": 1e-12, "ftol": 1e-15},
+            )
             if np.all(np.isfinite(res.x)) and math.isfinite(res.fun):
                 x = res.x
         except TimeLimit:  # the lowest point the round evaluated

@@ -33,7 +33,17 @@ from __future__ import annotations
 
 import numpy as np  # noqa: F401  (the examples above)
 
-from .base import EXACT_PAIR_CELLS, MECHANISM_KINDS, RANK_RTOL, ViewMechanism, mechanism_cost, prime_eigh, shared_psd_eigh, shared_psd_power
+from .base import (
+    EXACT_PAIR_CELLS,
+    MECHANISM_KINDS,
+    RANK_RTOL,
+    ViewMechanism,
+    mechanism_cost,
+    prime_eigh,
+    shared_psd_eigh,
+    shared_psd_power,
+)
+
 # importing a kind registers it; this order is the order errors list the kinds in
 from .kron import KronMechanism  # isort: skip
 from .dense import DenseMechanism  # isort: skip
@@ -41,6 +51,16 @@ from .lowrank import LowRankMechanism  # isort: skip
 from .fourier import FourierMechanism  # isort: skip
 
 __all__ = [
-    "ViewMechanism", "KronMechanism", "DenseMechanism", "FourierMechanism", "LowRankMechanism", "MECHANISM_KINDS",
-    "EXACT_PAIR_CELLS", "shared_psd_eigh", "shared_psd_power", "prime_eigh", "mechanism_cost", "RANK_RTOL",
+    "ViewMechanism",
+    "KronMechanism",
+    "DenseMechanism",
+    "FourierMechanism",
+    "LowRankMechanism",
+    "MECHANISM_KINDS",
+    "EXACT_PAIR_CELLS",
+    "shared_psd_eigh",
+    "shared_psd_power",
+    "prime_eigh",
+    "mechanism_cost",
+    "RANK_RTOL",
 ]

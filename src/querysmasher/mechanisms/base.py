@@ -19,9 +19,21 @@ from ..errors import InputError
 from ..linalg import content_hash, kron_apply, psd_eigh, psd_power
 
 __all__ = [
-    "ViewMechanism", "MECHANISM_KINDS", "EXACT_PAIR_CELLS", "LOWRANK_EXACT_PAIR_WORK", "RANK_RTOL", "SMALL_CELLS",
-    "shared_psd_eigh", "shared_psd_power", "prime_eigh", "mechanism_cost", "count_positive", "refuse",
-    "max_pair_distance", "factor_pair_distance", "check_square_factors",
+    "ViewMechanism",
+    "MECHANISM_KINDS",
+    "EXACT_PAIR_CELLS",
+    "LOWRANK_EXACT_PAIR_WORK",
+    "RANK_RTOL",
+    "SMALL_CELLS",
+    "shared_psd_eigh",
+    "shared_psd_power",
+    "prime_eigh",
+    "mechanism_cost",
+    "count_positive",
+    "refuse",
+    "max_pair_distance",
+    "factor_pair_distance",
+    "check_square_factors",
 ]
 
 EXACT_PAIR_CELLS = 4096  # replace costs are computed exactly over all cell pairs up to this many cells
@@ -71,10 +83,10 @@ def shared_psd_power(m: np.ndarray, power: float) -> np.ndarray:
 # Eigendecompositions a solver computed anyway (the dense solver's loss needs eigh(X)), kept as
 # long as their mechanism: a 1,600-cell eigh costs about a second on 2 cores, and measure, the
 # variances and the max-variance report would otherwise redo it.
-_PRIMED_EIGH: "weakref.WeakKeyDictionary[ViewMechanism, list]" = weakref.WeakKeyDictionary()
+_PRIMED_EIGH: weakref.WeakKeyDictionary[ViewMechanism, list] = weakref.WeakKeyDictionary()
 
 
-def prime_eigh(mech: "ViewMechanism", eig: list[tuple[np.ndarray, np.ndarray]]) -> None:
+def prime_eigh(mech: ViewMechanism, eig: list[tuple[np.ndarray, np.ndarray]]) -> None:
     """Give ``mech`` the :func:`~querysmasher.linalg.psd_eigh` of its matrices, computed elsewhere
     (with the same truncation policy: :func:`~querysmasher.linalg.psd_truncate`)."""
     if not mech.PRIMABLE or len(eig) != len(mech.mats):
@@ -83,7 +95,7 @@ def prime_eigh(mech: "ViewMechanism", eig: list[tuple[np.ndarray, np.ndarray]]) 
 
 
 @lru_cache(maxsize=64)
-def _mechanism_eigh(mech: "ViewMechanism") -> list[tuple[np.ndarray, np.ndarray]]:
+def _mechanism_eigh(mech: ViewMechanism) -> list[tuple[np.ndarray, np.ndarray]]:
     """Cached per mechanism object (hashed by identity; mechanisms are immutable and shared by views)."""
     return [shared_psd_eigh(m) for m in mech.mats]
 
@@ -135,7 +147,9 @@ class ViewMechanism:
         if self.kind != self.KIND:
             raise ValueError(f"a {type(self).__name__} has kind {self.KIND!r}, not {self.kind!r}")
         if len(self.mats) != self.array_count(self.kind, self.sizes):
-            raise ValueError(f"a {self.kind} mechanism over {len(self.sizes)} attributes holds {self.array_count(self.kind, self.sizes)} arrays")
+            raise ValueError(
+                f"a {self.kind} mechanism over {len(self.sizes)} attributes holds {self.array_count(self.kind, self.sizes)} arrays"
+            )
         if self.rotation is not None and not self.ROTATED:
             raise ValueError("a rotation is an r x r matrix of a lowrank mechanism")
 
@@ -208,7 +222,7 @@ class ViewMechanism:
             return float(self.replace_cost())
         raise InputError("neighbours", neighbours, "must be add-remove or replace")
 
-    def applied(self) -> "ViewMechanism":
+    def applied(self) -> ViewMechanism:
         """The mechanism :meth:`sqrt_apply` really applies, of the same kind, so that a stored X
         that is not PSD, not symmetric or edited is charged for what is released; malformed arrays
         (wrong shapes, NaN) are an InputError."""
@@ -217,7 +231,7 @@ class ViewMechanism:
                 raise refuse(self.kind, "holds a NaN or infinite entry")
         return self._applied()
 
-    def _applied(self) -> "ViewMechanism":
+    def _applied(self) -> ViewMechanism:
         return self
 
     # --- the measured operator ------------------------------------------------------------------
@@ -247,7 +261,7 @@ class ViewMechanism:
         out = np.zeros(rows)
         step = max(1, _CHUNK_BYTES // (8 * max(rows, self.cells)))
         for lo in range(0, e.shape[1], step):
-            t = kron_apply(kept_q, e[:, lo:lo + step], self.sizes)
+            t = kron_apply(kept_q, e[:, lo : lo + step], self.sizes)
             out += np.einsum("ij,ij->i", t, t)
         return out.reshape(shape)
 
@@ -317,7 +331,7 @@ def factor_pair_distance(u: np.ndarray, rows: int = 512) -> float:
         return 4.0 * float(n.max(initial=0.0))
     best = 0.0
     for lo in range(0, u.shape[0], rows):
-        block = n[lo:lo + rows, None] + n[None, :] - 2.0 * (u[lo:lo + rows] @ u.T)
+        block = n[lo : lo + rows, None] + n[None, :] - 2.0 * (u[lo : lo + rows] @ u.T)
         best = max(best, float(block.max()))
     return best
 
@@ -332,6 +346,6 @@ def max_pair_distance(x: np.ndarray, rows: int = 512) -> float:
     d = np.diag(x)
     best = 0.0
     for lo in range(0, x.shape[0], rows):
-        block = d[lo:lo + rows, None] + d[None, :] - 2.0 * x[lo:lo + rows]
+        block = d[lo : lo + rows, None] + d[None, :] - 2.0 * x[lo : lo + rows]
         best = max(best, float(block.max()))
     return best

@@ -49,7 +49,9 @@ class FourierMechanism(ViewMechanism):
         batch = x.shape[1:]
         t = x.reshape(self.sizes + batch)
         axes = tuple(range(len(self.sizes)))
-        out = np.real(np.fft.ifftn(scale.reshape(self.sizes + (1,) * len(batch)) * np.fft.fftn(t, axes=axes), axes=axes))
+        out = np.real(
+            np.fft.ifftn(scale.reshape(self.sizes + (1,) * len(batch)) * np.fft.fftn(t, axes=axes), axes=axes)
+        )
         return (out / math.sqrt(c) if inverse else out * math.sqrt(c)).reshape((c,) + batch)
 
     def sqrt_apply(self, x: np.ndarray) -> np.ndarray:
@@ -73,7 +75,7 @@ class FourierMechanism(ViewMechanism):
     def rows_pinv_quadratic(self, s: np.ndarray) -> np.ndarray:
         # one FFT per query, not the root's FFT and inverse
         f = np.fft.fftn(s.reshape((s.shape[0],) + tuple(self.sizes)), axes=tuple(range(1, len(self.sizes) + 1)))
-        return (f.real ** 2 + f.imag ** 2).reshape(s.shape[0], -1) @ self.variance_weights.ravel() / self.cells**2
+        return (f.real**2 + f.imag**2).reshape(s.shape[0], -1) @ self.variance_weights.ravel() / self.cells**2
 
     def kron_rows_pinv_quadratic(self, kept_q: list[np.ndarray]) -> np.ndarray:
         # the Kronecker row's |F q|^2 is prod_j |F_j q_j|^2(f_j): a mode product of the variance

@@ -79,5 +79,7 @@ def _kron_pair_bound(mats: tuple[np.ndarray, ...]) -> float:
     """
     d = [float(np.diag(m).max()) for m in mats]
     r = [max_pair_distance(m) for m in mats]
-    tele = sum(math.sqrt(rk) * math.prod(math.sqrt(dl) for l, dl in enumerate(d) if l != k) for k, rk in enumerate(r)) ** 2
+    tele = (
+        sum(math.sqrt(rk) * math.prod(math.sqrt(dl) for l, dl in enumerate(d) if l != k) for k, rk in enumerate(r)) ** 2
+    )
     return min(tele, 4.0 * math.prod(d))

@@ -4,12 +4,12 @@ orthogonal ``rotation`` (the identity unless re-derived from a query factor)."""
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
 
 from .base import ViewMechanism, count_positive, factor_pair_distance, refuse
-import math
 
 __all__ = ["LowRankMechanism"]
 
@@ -64,8 +64,14 @@ class LowRankMechanism(ViewMechanism):
         rot = self.rotation
         if rot is not None:
             # B = W diag(s)^(1/2) V^T costs max diag(V s V^T), as charged, only for an orthogonal W
-            if not np.all(np.isfinite(rot)) or float(np.abs(rot.T @ rot - np.eye(rot.shape[0])).max(initial=0.0)) > 1e-8:
-                raise refuse("lowrank", "has a rotation W that is not orthogonal (B = W diag(s)^(1/2) V^T would cost more than the stored X)")
+            if (
+                not np.all(np.isfinite(rot))
+                or float(np.abs(rot.T @ rot - np.eye(rot.shape[0])).max(initial=0.0)) > 1e-8
+            ):
+                raise refuse(
+                    "lowrank",
+                    "has a rotation W that is not orthogonal (B = W diag(s)^(1/2) V^T would cost more than the stored X)",
+                )
         return self
 
     def sqrt_apply(self, x: np.ndarray) -> np.ndarray:
@@ -95,7 +101,7 @@ class LowRankMechanism(ViewMechanism):
 
 
 @lru_cache(maxsize=64)
-def _lowrank_factors(mech: "LowRankMechanism") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _lowrank_factors(mech: LowRankMechanism) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """V, diag(s)^(1/2) and W restricted to s > 0 (what B and B^+ apply)."""
     v, s = mech.mats
     nz = s > 0

@@ -19,8 +19,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
-    "write_subproblem", "read_subproblem", "write_batch", "write_solutions", "read_solutions", "StoredSolutions", "estimate_cost", "batch_cost", "subproblem_bytes",
-    "runtime_minutes", "batch_id", "plan_batches", "estimate_decompose_mem_mb", "distinct_nonproduct_views", "decompose_mem_mb",
+    "write_subproblem",
+    "read_subproblem",
+    "write_batch",
+    "write_solutions",
+    "read_solutions",
+    "StoredSolutions",
+    "estimate_cost",
+    "batch_cost",
+    "subproblem_bytes",
+    "runtime_minutes",
+    "batch_id",
+    "plan_batches",
+    "estimate_decompose_mem_mb",
+    "distinct_nonproduct_views",
+    "decompose_mem_mb",
 ]
 
 # The cost of a solve is the solver's own estimate (querysmasher.solvers.base.SolveEstimate, checked
@@ -53,7 +66,9 @@ def write_subproblem(key: str, gram, store, path: str | Path) -> bool:
         put(f, "sizes", np.array(gram.sizes, dtype=np.int64))
         put(f, "coef", np.array([t.coef for t in gram.terms], dtype=float))
         put(f, "dense", np.array([t.dense for t in gram.terms], dtype=bool))
-        put(f, "factor_offsets", np.concatenate([[0], np.cumsum([len(t.factors) for t in gram.terms])]).astype(np.int64))
+        put(
+            f, "factor_offsets", np.concatenate([[0], np.cumsum([len(t.factors) for t in gram.terms])]).astype(np.int64)
+        )
         put(f, "factors", np.array([k for t in gram.terms for k in t.factors], dtype=object))
         mats = new_group(f, "matrices")
         recipes = {}
@@ -83,7 +98,9 @@ def read_subproblem(path: str | Path):
         for k, ds in f["matrices"].items():
             store.add_normalised(k, ds[()])
         recipes = get_json(f, "recipes") if "recipes" in f.attrs else {}
-    terms = tuple(GramTerm(float(c), tuple(names[offs[i]:offs[i + 1]]), bool(d)) for i, (c, d) in enumerate(zip(coef, dense)))
+    terms = tuple(
+        GramTerm(float(c), tuple(names[offs[i] : offs[i + 1]]), bool(d)) for i, (c, d) in enumerate(zip(coef, dense))
+    )
     gram = SubworkloadGram(tuple(range(len(sizes))), sizes, terms)
     dense_keys = {t.factors[0] for t in terms if t.dense}
     for k, entry in recipes.items():
@@ -95,7 +112,9 @@ def read_subproblem(path: str | Path):
         except ValueError:
             cells = -1
         if k not in dense_keys or shape != [gram.cells, gram.cells] or cells != gram.cells:
-            raise ValueError(f"subproblem file {path}: recipe {k!r} does not describe a dense term of its {gram.cells}-cell Gram")
+            raise ValueError(
+                f"subproblem file {path}: recipe {k!r} does not describe a dense term of its {gram.cells}-cell Gram"
+            )
         store.add_recipe(k, shape, entry["recipe"])
     return key, gram, store
 
@@ -186,7 +205,7 @@ class StoredSolutions(Mapping):
     def __contains__(self, key) -> bool:
         return key in self._where
 
-    def restricted(self, keys) -> "StoredSolutions":
+    def restricted(self, keys) -> StoredSolutions:
         """The same files' solutions of ``keys`` only (a KeyError names one that is missing)."""
         out = self.copy()
         keys = set(keys)
@@ -197,7 +216,7 @@ class StoredSolutions(Mapping):
         out._set = {k: v for k, v in self._set.items() if k in keys}
         return out
 
-    def copy(self) -> "StoredSolutions":
+    def copy(self) -> StoredSolutions:
         out = StoredSolutions(keep=self._keep)
         out._where, out.seconds, out._set = dict(self._where), dict(self.seconds), dict(self._set)
         return out
@@ -210,7 +229,9 @@ def subproblem_bytes(gram, store) -> float:
     return float(sum(8 * math.prod(stored_shape(store, k)) for k in {k for t in gram.terms for k in t.factors}))
 
 
-def estimate_cost(gram, store, method: str, options: dict | None = None, *, solver=None, context_mb: float = 0.0) -> dict:
+def estimate_cost(
+    gram, store, method: str, options: dict | None = None, *, solver=None, context_mb: float = 0.0
+) -> dict:
     """Cost of solving one subproblem in its own job, from the solver's own estimate
     (:func:`querysmasher.solvers.base.estimate_solve`: ``solver.estimate(gram, store)``, or a
     conservative dense one for a solver without it): ``seconds``; ``mem_mb``, the process
@@ -234,8 +255,12 @@ def estimate_cost(gram, store, method: str, options: dict | None = None, *, solv
     mem = BASE_MEM_MB + context_mb + (subproblem_bytes(gram, store) + est.peak_bytes) / 2**20
     seconds = max(float(est.seconds), 0.001)
     return {
-        "seconds": round(seconds, 3), "mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(seconds),
-        "result_mb": round(est.result_bytes / 2**20, 3), "work_mb": round(mem - BASE_MEM_MB - context_mb, 3), "path": est.path,
+        "seconds": round(seconds, 3),
+        "mem_mb": int(math.ceil(mem)),
+        "runtime": runtime_minutes(seconds),
+        "result_mb": round(est.result_bytes / 2**20, 3),
+        "work_mb": round(mem - BASE_MEM_MB - context_mb, 3),
+        "path": est.path,
     }
 
 
@@ -249,7 +274,9 @@ def batch_cost(costs: list[dict], context_mb: float = 0.0, context_seconds: floa
     {'seconds': 3.0, 'mem_mb': 412, 'runtime': 10}
     """
     total = context_seconds + sum(c["seconds"] for c in costs)
-    mem = BASE_MEM_MB + context_mb + max((c["work_mb"] for c in costs), default=0.0) + sum(c["result_mb"] for c in costs)
+    mem = (
+        BASE_MEM_MB + context_mb + max((c["work_mb"] for c in costs), default=0.0) + sum(c["result_mb"] for c in costs)
+    )
     return {"seconds": round(total, 3), "mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(total)}
 
 
@@ -263,7 +290,9 @@ def distinct_nonproduct_views(workload):
         if v.factors:
             continue
         sizes = tuple(sizes_all[i] for i in v.attrs)
-        key = (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        key = (
+            (v.family, sizes, v.term) if v.family in ("affine", "abs", "custom") else (v.family, sizes, v.seed, v.attrs)
+        )
         if key not in seen:
             seen.add(key)
             yield math.prod(sizes), workload.view_count(v), v.family
@@ -314,7 +343,9 @@ def decompose_mem_mb(experiment) -> int:
     if get_method(experiment.method).whole_workload:
         return BASE_MEM_MB
     schema = parse_schema(experiment.schema_spec, all_numeric=experiment.all_numeric)
-    return estimate_decompose_mem_mb(parse_workload(experiment.workload, schema), lazy=True)  # as steps.decompose_to_files
+    return estimate_decompose_mem_mb(
+        parse_workload(experiment.workload, schema), lazy=True
+    )  # as steps.decompose_to_files
 
 
 RUNTIME_FACTOR = 8  # the paper grid's jobs ran up to 8x their estimate on 2 cores at a load of 8-9
@@ -338,7 +369,14 @@ def batch_id(keys) -> str:
     return content_hash(*sorted(keys))
 
 
-def plan_batches(keys, batch_size: int, seconds: dict[str, float] | None = None, max_seconds: float | None = None, *, shared: bool = True) -> list[list[str]]:
+def plan_batches(
+    keys,
+    batch_size: int,
+    seconds: dict[str, float] | None = None,
+    max_seconds: float | None = None,
+    *,
+    shared: bool = True,
+) -> list[list[str]]:
     """Group cheap subproblem keys deterministically: sorted, a batch ends after a key whose hash
     value is 0 modulo ``max(1, batch_size // 2)`` (content-defined boundaries), or when it holds
     ``batch_size`` keys, or when the estimated ``seconds`` of its keys reach ``max_seconds``.
@@ -351,7 +389,11 @@ def plan_batches(keys, batch_size: int, seconds: dict[str, float] | None = None,
     for k in keys:
         cur.append(k)
         total += (seconds or {}).get(k, 0.0)
-        if len(cur) >= batch_size or (max_seconds and total >= max_seconds) or (shared and int(k[-8:], 16) % modulus == 0):
+        if (
+            len(cur) >= batch_size
+            or (max_seconds and total >= max_seconds)
+            or (shared and int(k[-8:], 16) % modulus == 0)
+        ):
             out.append(cur)
             cur, total = [], 0.0
     if cur:

@@ -8,17 +8,25 @@
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..accounting import parse_budget
+from ..errors import InputError
 from .datasets import resolve_data_source
 from .layout import experiment_name, problem_name
-from ..errors import InputError
 
-__all__ = ["Experiment", "expand_grid", "check_config", "set_aside_unsupported", "releasable_experiments", "format_validation_error",
-           "read_workflow_config", "merge_config"]
+__all__ = [
+    "Experiment",
+    "expand_grid",
+    "check_config",
+    "set_aside_unsupported",
+    "releasable_experiments",
+    "format_validation_error",
+    "read_workflow_config",
+    "merge_config",
+]
+
 
 @dataclass
 class Experiment:
@@ -43,8 +51,15 @@ class Experiment:
 
     def as_dict(self) -> dict:
         return {
-            "experiment": self.name, "schema": self.schema, "schema_spec": self.schema_spec, "all_numeric": self.all_numeric,
-            "workload": self.workload, "method": self.method, "budget": self.budget, "seed": self.seed, "objective": self.objective,
+            "experiment": self.name,
+            "schema": self.schema,
+            "schema_spec": self.schema_spec,
+            "all_numeric": self.all_numeric,
+            "workload": self.workload,
+            "method": self.method,
+            "budget": self.budget,
+            "seed": self.seed,
+            "objective": self.objective,
             "neighbours": self.neighbours,
         }
 
@@ -64,7 +79,9 @@ def merge_config(base: dict, over: dict) -> dict:
     return base
 
 
-def read_workflow_config(workflow_files, cli_files, cli_config: dict | None, replace_workflow_config: bool = False) -> dict:
+def read_workflow_config(
+    workflow_files, cli_files, cli_config: dict | None, replace_workflow_config: bool = False
+) -> dict:
     """The workflow's config as Snakemake layers it -- the Snakefile's ``configfile:`` files
     (``workflow_files``, left out under ``--replace-workflow-config``), then every ``--configfile``
     in order, then ``--config`` values -- but every file read by the project's strict reader
@@ -100,13 +117,31 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
                         for seed in grid.get("seeds", [0]):
                             objective = grid.get("objective", "sum")
                             neighbours = grid.get("neighbours", "add-remove")
-                            name = (experiment_name(s, w, m, b, seed) + ("__max" if objective == "max" else "")
-                                    + ("__replace" if neighbours == "replace" else ""))
-                            e = Experiment(name, s, entry["spec"], bool(entry.get("all_numeric", False)), w, m, b, int(seed),
-                                           dict(entry.get("data") or default_data), objective, neighbours)
+                            name = (
+                                experiment_name(s, w, m, b, seed)
+                                + ("__max" if objective == "max" else "")
+                                + ("__replace" if neighbours == "replace" else "")
+                            )
+                            e = Experiment(
+                                name,
+                                s,
+                                entry["spec"],
+                                bool(entry.get("all_numeric", False)),
+                                w,
+                                m,
+                                b,
+                                int(seed),
+                                dict(entry.get("data") or default_data),
+                                objective,
+                                neighbours,
+                            )
                             old = out.get(name)
                             if old is not None and old.as_dict() != e.as_dict():
-                                raise InputError(f"config grid[{g}]", name, f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec")
+                                raise InputError(
+                                    f"config grid[{g}]",
+                                    name,
+                                    f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec",
+                                )
                             out[name] = e
     if not out:
         raise InputError("config", "grid", "defines no experiment")
@@ -114,7 +149,11 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
     for e in out.values():  # experiments of one problem share its workload and decompose jobs
         old = problems.setdefault(e.problem, e)
         if (old.schema_spec, old.all_numeric, old.workload) != (e.schema_spec, e.all_numeric, e.workload):
-            raise InputError("config grid", e.problem, f"two problems share this folder name ({old.workload!r} and {e.workload!r}); rename a schema or reorder the spec")
+            raise InputError(
+                "config grid",
+                e.problem,
+                f"two problems share this folder name ({old.workload!r} and {e.workload!r}); rename a schema or reorder the spec",
+            )
     return out
 
 
@@ -122,8 +161,8 @@ def check_config(config: dict) -> dict[str, Experiment]:
     """The checks JSON Schema cannot express, before any job runs: every schema and workload
     parses (the library's InputError text), every method has a solver, every budget is valid,
     every data set used by a release has a readable source. Returns :func:`expand_grid`."""
-    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
     from ..methods import get_method  # loads numpy only where it is used
+    from ..schema import parse_schema  # in the body: the stage function's fingerprint follows it
     from ..workload import parse_workload  # loads numpy only where it is used
 
     experiments = expand_grid(config)
@@ -230,7 +269,10 @@ def format_validation_error(config: dict, schema_path: str | Path) -> str:
             for k in sorted(set(err.instance) - set(allowed)):
                 if sub.get("additionalProperties") is False:
                     where = f"{path}.{k}" if path else k
-                    lines.append(f"config key '{where}': unknown key" + (f" (allowed here: {', '.join(allowed)})" if allowed else ""))
+                    lines.append(
+                        f"config key '{where}': unknown key"
+                        + (f" (allowed here: {', '.join(allowed)})" if allowed else "")
+                    )
             if lines:
                 continue
         desc = sub.get("description")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from ..errors import InputError
 
 __all__ = ["synthetic_records", "resolve_data_source", "data_inputs", "load_dataset"]
@@ -46,7 +47,12 @@ def resolve_data_source(data: dict) -> dict:
     appears (or disappears) re-runs them."""
     path = data.get("csv")
     if path and Path(path).is_file():
-        return {"kind": "csv", "path": str(path), "domain": data.get("domain"), "on_invalid": data.get("on_invalid", "error")}
+        return {
+            "kind": "csv",
+            "path": str(path),
+            "domain": data.get("domain"),
+            "on_invalid": data.get("on_invalid", "error"),
+        }
     syn = data.get("synthetic")
     if syn:
         return {"kind": "synthetic", "records": int(syn.get("records", 10000)), "seed": int(syn.get("seed", 0))}
@@ -68,5 +74,7 @@ def load_dataset(source: dict, schema):
     from ..data import load_records  # loads numpy only where it is used
 
     if source["kind"] == "csv":
-        return load_records(source["path"], schema, domain_file=source.get("domain"), on_invalid=source.get("on_invalid", "error"))
+        return load_records(
+            source["path"], schema, domain_file=source.get("domain"), on_invalid=source.get("on_invalid", "error")
+        )
     return synthetic_records(schema, source["records"], source["seed"])

@@ -6,11 +6,12 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from ..allocation import is_certified
 from ..atomic import write_json
 from .datasets import load_dataset
 from .layout import solve_benchmark_path, split_solve_path
-import numpy as np
 
 __all__ = ["read_benchmark", "evaluate"]
 
@@ -55,7 +56,16 @@ def _error_sums(plan, answers_path, records, views) -> tuple[float, float, float
     return sq, wsum, zsum, zn
 
 
-def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None = None, answers_path=None, source: dict | None = None, experiment: dict | None = None) -> dict:
+def evaluate(
+    plan_path,
+    out_path,
+    *,
+    manifest_path=None,
+    benchmarks: dict | None = None,
+    answers_path=None,
+    source: dict | None = None,
+    experiment: dict | None = None,
+) -> dict:
     """Metrics of one experiment: predicted RMSE (from the plan's stored summary) and, with
     ``answers_path``, the empirical RMSE of the released answers against the true answers computed
     from the records (an evaluation, not a release: it reads the records, and its output is not
@@ -67,23 +77,39 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
 
     s = read_plan_summary(plan_path)  # the summary stored at planning: nothing re-derived here
     m = dict(experiment or {})
-    m.update({
-        "predicted_rmse": s["rmse"], "queries": s["queries"], "workload_views": s["views"], "residual_views": s.get("residual_views"),
-        "measured_views": s.get("measured_views"), "distinct_solves": s.get("distinct_solves", 0),
-        "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours") if k in s},
-        "certified": is_certified(s), "lower_bound_rmse": s.get("lower_bound_rmse") if is_certified(s) else None,
-        "notes": s.get("notes", []),
-    })
+    m.update(
+        {
+            "predicted_rmse": s["rmse"],
+            "queries": s["queries"],
+            "workload_views": s["views"],
+            "residual_views": s.get("residual_views"),
+            "measured_views": s.get("measured_views"),
+            "distinct_solves": s.get("distinct_solves", 0),
+            "privacy": {k: s[k] for k in ("beta", "rho", "mu", "epsilon", "delta", "source", "neighbours") if k in s},
+            "certified": is_certified(s),
+            "lower_bound_rmse": s.get("lower_bound_rmse") if is_certified(s) else None,
+            "notes": s.get("notes", []),
+        }
+    )
     if answers_path:
         from ..threads import budget, parallel_map  # in the body: the stage function's fingerprint follows it
 
         plan = load_any_plan(plan_path)
         records = load_dataset(source, plan.schema)
         # the views in as many shards as the job has threads (forked workers share plan and records)
-        shards = [list(range(i, len(plan.workload.views), budget())) for i in range(min(budget(), len(plan.workload.views)))]
+        shards = [
+            list(range(i, len(plan.workload.views), budget())) for i in range(min(budget(), len(plan.workload.views)))
+        ]
         parts = list(parallel_map(lambda views: _error_sums(plan, answers_path, records, views), shards))
         sq, wsum, zsum, zn = (sum(p[i] for p in parts) for i in range(4))
-        m.update({"empirical_rmse": math.sqrt(sq / wsum) if wsum else 0.0, "mean_squared_z": zsum / zn if zn else None, "records": len(records), "data": source})
+        m.update(
+            {
+                "empirical_rmse": math.sqrt(sq / wsum) if wsum else 0.0,
+                "mean_squared_z": zsum / zn if zn else None,
+                "records": len(records),
+                "data": source,
+            }
+        )
     phases: dict[str, dict] = {}
     for stage, path in (benchmarks or {}).items():
         b = read_benchmark(path)
@@ -94,7 +120,11 @@ def evaluate(plan_path, out_path, *, manifest_path=None, benchmarks: dict | None
         found = [read_benchmark(solve_benchmark_path(*split_solve_path(p))) for p in man["solve_files"]]
         found = [b for b in found if b]
         if found:
-            phases["solve"] = {"seconds": sum(b["seconds"] for b in found), "max_rss_mb": max(b["max_rss_mb"] for b in found), "jobs": len(found)}
+            phases["solve"] = {
+                "seconds": sum(b["seconds"] for b in found),
+                "max_rss_mb": max(b["max_rss_mb"] for b in found),
+                "jobs": len(found),
+            }
         m["solve_files"] = len(man["solve_files"])
     m["phases"] = phases
     m["total_seconds"] = sum(p["seconds"] for p in phases.values())

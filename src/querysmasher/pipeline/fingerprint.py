@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from ..importgraph import ImportGraph
@@ -34,7 +34,10 @@ FACADES = frozenset({"querysmasher.api"})
 
 # stage -> (library modules it runs, pipeline functions it calls as "module.function")
 STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "decompose": (("querysmasher.workloadfile", "querysmasher.decompose", "querysmasher.methods"), ("steps.write_workload_file", "steps.decompose_to_files")),
+    "decompose": (
+        ("querysmasher.workloadfile", "querysmasher.decompose", "querysmasher.methods"),
+        ("steps.write_workload_file", "steps.decompose_to_files"),
+    ),
     "solve": (("querysmasher.io",), ("steps.solve_subproblem_files",)),
     "allocate": (("querysmasher.planfiles",), ("steps.allocate_to_files",)),
     "measure": (("querysmasher.measure", "querysmasher.data"), ("steps.measure_to_file",)),
@@ -78,18 +81,26 @@ def _module_closure(modules, graph: ImportGraph, leaves=()) -> dict[str, Path]:
         stack.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
         if mod not in leaves:
             is_pkg = path.name == "__init__.py"
-            stack.extend(e.target for e in graph.edges(mod)
-                         if e.kind in FOLLOWED and not (is_pkg and e.deferred) and e.target not in FACADES)
+            stack.extend(
+                e.target
+                for e in graph.edges(mod)
+                if e.kind in FOLLOWED and not (is_pkg and e.deferred) and e.target not in FACADES
+            )
     return seen
 
 
-@lru_cache(maxsize=None)
+@cache
 def _operations_named(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
     """Plan-kind operations a module calls by name: ``kind.op("measurements")``."""
     return frozenset(
-        n.args[0].value for n in ast.walk(ast.parse(path.read_text()))
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "op" and n.args
-        and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)
+        n.args[0].value
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "op"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and isinstance(n.args[0].value, str)
     )
 
 
@@ -136,7 +147,7 @@ def _function_closure(names) -> tuple[dict[str, str], set[str]]:
         owner = getattr(obj, "__module__", "") or ""
         if inspect.isfunction(obj) or inspect.isclass(obj):
             if owner.startswith(PACKAGE + "."):
-                where = owner[len(PACKAGE) + 1:]
+                where = owner[len(PACKAGE) + 1 :]
                 qual = f"{where}.{obj.__name__}"
                 if qual in out:
                     continue
@@ -149,7 +160,7 @@ def _function_closure(names) -> tuple[dict[str, str], set[str]]:
                         base = f"{PACKAGE}.{where}".split(".")[: -node.level] if node.level else []
                         target = ".".join(base + ([node.module] if node.module else []))
                         if target.startswith(PACKAGE + "."):
-                            stack.extend((target[len(PACKAGE) + 1:], a.name) for a in node.names)
+                            stack.extend((target[len(PACKAGE) + 1 :], a.name) for a in node.names)
                         elif target.split(".")[0] == top:
                             libraries.add(target)
                             libraries.update(f"{target}.{a.name}" for a in node.names)

@@ -38,20 +38,40 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+
 from ..errors import InputError
 
 __all__ = [
-    "RESULTS", "KEY_PATTERN", "NS_PATTERN", "slugify", "budget_slug", "experiment_name", "problem_name", "problem_dir", "subproblem_path",
-    "batch_path", "solve_path", "solve_benchmark_path", "split_solve_path", "workload_id", "solver_namespace",
-    "method_of_namespace", "RESERVED_RELEASE_NAMES", "check_release_name", "release_dir", "release_log_path", "release_benchmark_path",
+    "RESULTS",
+    "KEY_PATTERN",
+    "NS_PATTERN",
+    "slugify",
+    "budget_slug",
+    "experiment_name",
+    "problem_name",
+    "problem_dir",
+    "subproblem_path",
+    "batch_path",
+    "solve_path",
+    "solve_benchmark_path",
+    "split_solve_path",
+    "workload_id",
+    "solver_namespace",
+    "method_of_namespace",
+    "RESERVED_RELEASE_NAMES",
+    "check_release_name",
+    "release_dir",
+    "release_log_path",
+    "release_benchmark_path",
 ]
 
 RESULTS = "results"
 RELEASE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Folder names the workflow uses for its own files: a release of that name could be mistaken for
 # them (or, with an earlier layout, receive them), so no release is called so.
-RESERVED_RELEASE_NAMES = frozenset({"logs", "benchmarks", "tables", "figures", "problems", "subproblems", "batches", "solves", "paper",
-                                    "releases"})
+RESERVED_RELEASE_NAMES = frozenset(
+    {"logs", "benchmarks", "tables", "figures", "problems", "subproblems", "batches", "solves", "paper", "releases"}
+)
 
 
 def check_release_name(name) -> str:
@@ -66,9 +86,15 @@ def check_release_name(name) -> str:
     querysmasher.errors.InputError: release name 'logs': is a name the workflow uses for its own folders (batches, benchmarks, figures, logs, paper, problems, releases, solves, subproblems, tables): choose another
     """
     if not isinstance(name, str) or not RELEASE_NAME_PATTERN.match(name):
-        raise InputError("release name", name, "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise InputError(
+            "release name", name, "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     if name.lower() in RESERVED_RELEASE_NAMES:
-        raise InputError("release name", name, f"is a name the workflow uses for its own folders ({', '.join(sorted(RESERVED_RELEASE_NAMES))}): choose another")
+        raise InputError(
+            "release name",
+            name,
+            f"is a name the workflow uses for its own folders ({', '.join(sorted(RESERVED_RELEASE_NAMES))}): choose another",
+        )
     return name
 
 
@@ -84,6 +110,8 @@ def release_log_path(name: str) -> str:
 
 def release_benchmark_path(name: str) -> str:
     return f"{RESULTS}/benchmarks/releases/{name}.tsv"
+
+
 KEY_PATTERN = r"[0-9a-f]{20}"
 NS_PATTERN = r"[a-z][a-z0-9]*(?:-o[0-9a-f]{8})?(?:-c[0-9a-f]{12})?"
 

@@ -14,8 +14,12 @@ from ..atomic import atomic_path
 __all__ = ["FIGURES", "plot_table"]
 
 FIGURES: dict[int, tuple[str, ...]] = {
-    2: (), 3: (), 4: ("rmse-vs-n",), 5: ("rmse-vs-d",),
-    6: ("solve-time-vs-views", "memory-vs-views"), 7: ("solve-time-vs-views", "memory-vs-views"),
+    2: (),
+    3: (),
+    4: ("rmse-vs-n",),
+    5: ("rmse-vs-d",),
+    6: ("solve-time-vs-views", "memory-vs-views"),
+    7: ("solve-time-vs-views", "memory-vs-views"),
 }
 _COLORS = {"rp": "tab:gray", "rpplus": "tab:orange", "hdmm": "tab:purple", "wff": "tab:green", "qs": "tab:blue"}
 
@@ -45,10 +49,18 @@ def _rmse_panels(df, panel: str, x: str, title: str, path: Path) -> None:
         ax.set_xlabel(x)
         ax.set_ylabel("RMSE")
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=7, title="solid: ours, dashed: paper", title_fontsize=7)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=max(1, len(labels)),
+        fontsize=7,
+        title="solid: ours, dashed: paper",
+        title_fontsize=7,
+    )
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     _save(fig, path)
@@ -84,16 +96,34 @@ def plot_table(table: int, df, paths: dict[str, str | Path]) -> None:
         if table == 4:
             _rmse_panels(df, "workload", "n", "Table 4: RMSE against n (d = 40, beta = 1)", Path(paths["rmse-vs-n"]))
         elif table == 5:
-            _rmse_panels(df, "n", "d", "Table 5: RMSE against d (range:1 + affine:2 + prefix:3, beta = 1)", Path(paths["rmse-vs-d"]))
+            _rmse_panels(
+                df,
+                "n",
+                "d",
+                "Table 5: RMSE against d (range:1 + affine:2 + prefix:3, beta = 1)",
+                Path(paths["rmse-vs-d"]),
+            )
         elif table in (6, 7):
             if df.empty:
                 for name in FIGURES[table]:
                     fig = plt.figure()
                     _save(fig, Path(paths[name]))
                 return
-            _loglog(df, "solve_s", "paper_solve_s", "solve time (s)", f"Table {table}: solve time against views (ours: 2 cores; paper: 128)",
-                    Path(paths["solve-time-vs-views"]))
-            _loglog(df, "mem_gb", "paper_mem_gb", "peak memory (GB)", f"Table {table}: peak memory against views",
-                    Path(paths["memory-vs-views"]))
+            _loglog(
+                df,
+                "solve_s",
+                "paper_solve_s",
+                "solve time (s)",
+                f"Table {table}: solve time against views (ours: 2 cores; paper: 128)",
+                Path(paths["solve-time-vs-views"]),
+            )
+            _loglog(
+                df,
+                "mem_gb",
+                "paper_mem_gb",
+                "peak memory (GB)",
+                f"Table {table}: peak memory against views",
+                Path(paths["memory-vs-views"]),
+            )
     finally:
         plt.close("all")

@@ -31,8 +31,17 @@ from ..atomic import write_text
 from ..paper import METHOD_COLUMNS, PaperFigures, load_paper_figures
 from .paper_plots import plot_table
 
-__all__ = ["RMSE_TABLES", "TIMING_TABLES", "METHOD_ORDER", "row_keys", "not_measurable", "paper_table", "table_markdown",
-           "write_paper_outputs", "CAPTIONS"]
+__all__ = [
+    "RMSE_TABLES",
+    "TIMING_TABLES",
+    "METHOD_ORDER",
+    "row_keys",
+    "not_measurable",
+    "paper_table",
+    "table_markdown",
+    "write_paper_outputs",
+    "CAPTIONS",
+]
 
 RMSE_TABLES = (2, 3, 4, 5)
 TIMING_TABLES = (6, 7)
@@ -43,7 +52,7 @@ _DATASET_ORDER = {"adult": 0, "cps": 1, "loans": 2, "synthetic": 3}
 CAPTIONS = {
     2: "Table 2: RMSE of hybrid marginal/prefix workloads at privacy cost beta = 1 (ours beside the paper's).",
     3: "Table 3: RMSE of 2-way affine and abs workloads at beta = 1; 'as run' rows are the paper's workloads, "
-       "'(every pair)' rows the version the paper describes (no paper figure).",
+    "'(every pair)' rows the version the paper describes (no paper figure).",
     4: "Table 4: RMSE of 1-way + 2-way workloads at beta = 1 on [n]^40 (plan only: expected error).",
     5: "Table 5: RMSE of range:1 + affine:2 + prefix:3 at beta = 1 on [n]^d (plan only: expected error).",
     6: "Table 6: QuerySmasher phase times and peak memory, prefix:1,2 on [n]^d (this machine: 2 cores; paper: 128 cores).",
@@ -84,7 +93,9 @@ def _num(x) -> float | None:
     return None if math.isnan(x) else x
 
 
-def _rmse_rows(table: int, metrics: list[dict], unsupported: list[dict], labels: dict, figs: PaperFigures) -> list[dict]:
+def _rmse_rows(
+    table: int, metrics: list[dict], unsupported: list[dict], labels: dict, figs: PaperFigures
+) -> list[dict]:
     rows = []
     for m, status in [(m, "") for m in metrics] + [(u, "NI") for u in unsupported]:
         dataset, n, d = row_keys(m["schema_spec"])
@@ -96,15 +107,28 @@ def _rmse_rows(table: int, metrics: list[dict], unsupported: list[dict], labels:
             status = "*"
         lb = _num(m.get("lower_bound_rmse")) if not status or status == "*" else None
         paper = fig.value if fig is not None else None
-        rows.append({
-            "table": table, "dataset": dataset, "n": n, "d": d, "workload": label, "workload_spec": m["workload"],
-            "method": m["method"], "queries": _num(m.get("queries")), "paper_queries": qfig.value if qfig else None,
-            "status": status, "rmse": rmse, "empirical_rmse": None if status == "NI" else _num(m.get("empirical_rmse")),
-            "lower_bound_rmse": lb, "gap": relative_gap(rmse ** 2, lb ** 2) if (lb and rmse) else None,
-            "paper": paper, "paper_printed": fig.printed if fig is not None else "",
-            "rel_diff": (rmse / paper - 1) if (rmse is not None and paper) else None,
-            "reason": m.get("reason", ""),
-        })
+        rows.append(
+            {
+                "table": table,
+                "dataset": dataset,
+                "n": n,
+                "d": d,
+                "workload": label,
+                "workload_spec": m["workload"],
+                "method": m["method"],
+                "queries": _num(m.get("queries")),
+                "paper_queries": qfig.value if qfig else None,
+                "status": status,
+                "rmse": rmse,
+                "empirical_rmse": None if status == "NI" else _num(m.get("empirical_rmse")),
+                "lower_bound_rmse": lb,
+                "gap": relative_gap(rmse**2, lb**2) if (lb and rmse) else None,
+                "paper": paper,
+                "paper_printed": fig.printed if fig is not None else "",
+                "rel_diff": (rmse / paper - 1) if (rmse is not None and paper) else None,
+                "reason": m.get("reason", ""),
+            }
+        )
     return rows
 
 
@@ -127,11 +151,26 @@ def _timing_rows(table: int, metrics: list[dict], figs: PaperFigures) -> list[di
         assem, r3 = _phase(m, "measure", "reconstruct")
         parts = [x for x in (decomp, solve, assem) if x is not None]
         rss = [x for x in (r1, r2, r3) if x is not None]
-        row = {"table": table, "n": n, "d": d, "workload_spec": m["workload"], "views": _num(m.get("workload_views")),
-               "decomp_s": decomp, "solve_s": solve, "assem_s": assem, "total_s": sum(parts) if parts else None,
-               "mem_gb": max(rss) / 1024 if rss else None}
-        for col, key in (("#Views", "views"), ("Decomp", "decomp_s"), ("Solve", "solve_s"), ("Assem", "assem_s"),
-                         ("Total", "total_s"), ("Mem", "mem_gb")):
+        row = {
+            "table": table,
+            "n": n,
+            "d": d,
+            "workload_spec": m["workload"],
+            "views": _num(m.get("workload_views")),
+            "decomp_s": decomp,
+            "solve_s": solve,
+            "assem_s": assem,
+            "total_s": sum(parts) if parts else None,
+            "mem_gb": max(rss) / 1024 if rss else None,
+        }
+        for col, key in (
+            ("#Views", "views"),
+            ("Decomp", "decomp_s"),
+            ("Solve", "solve_s"),
+            ("Assem", "assem_s"),
+            ("Total", "total_s"),
+            ("Mem", "mem_gb"),
+        ):
             f = figs.get(table, col, n=n, d=d)
             row[f"paper_{key}"] = f.value if f is not None else None
             row[f"paper_{key}_printed"] = f.printed if f is not None else ""
@@ -144,7 +183,9 @@ def _timing_rows(table: int, metrics: list[dict], figs: PaperFigures) -> list[di
     return rows
 
 
-def paper_table(table: int, metrics: list[dict], unsupported: list[dict], labels: dict, figs: PaperFigures | None = None):
+def paper_table(
+    table: int, metrics: list[dict], unsupported: list[dict], labels: dict, figs: PaperFigures | None = None
+):
     """The long table (a pandas DataFrame) of one of the paper's tables; see the module docstring."""
     import pandas as pd  # loads pandas only where it is used
 
@@ -157,7 +198,9 @@ def paper_table(table: int, metrics: list[dict], unsupported: list[dict], labels
         df["_ds"] = df["dataset"].map(lambda s: _DATASET_ORDER.get(s, 9))
         df["_w"] = df["workload"].map(lambda w: order.get(w, len(order)))
         df["_m"] = df["method"].map(lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
-        df = df.sort_values(["_ds", "dataset", "n", "d", "_w", "_m"], na_position="first").drop(columns=["_ds", "_w", "_m"])
+        df = df.sort_values(["_ds", "dataset", "n", "d", "_w", "_m"], na_position="first").drop(
+            columns=["_ds", "_w", "_m"]
+        )
     elif table in TIMING_TABLES:
         df = pd.DataFrame(_timing_rows(table, metrics, figs))
         if df.empty:
@@ -188,15 +231,44 @@ def table_markdown(table: int, df) -> str:
         return "\n".join(lines + ["(no results yet)", ""])
     records = df.astype(object).where(df.notna(), None).to_dict("records")
     if table in TIMING_TABLES:
-        head = ["n", "d", "#Views", "Decomp (s)", "Solve (s)", "Assem (s)", "Total (s)", "Mem (GB)", "Total / paper", "Mem / paper"]
+        head = [
+            "n",
+            "d",
+            "#Views",
+            "Decomp (s)",
+            "Solve (s)",
+            "Assem (s)",
+            "Total (s)",
+            "Mem (GB)",
+            "Total / paper",
+            "Mem / paper",
+        ]
         lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         for r in records:
+
             def cell(key, digits=1):
                 ours = _fmt(r[key], digits)
                 return f"{ours} ({r[f'paper_{key}_printed']})" if r[f"paper_{key}_printed"] else ours
+
             ratio = lambda k: "" if r[k] is None else f"{r[k]:.2f}x"  # noqa: E731
-            lines.append("| " + " | ".join([str(r["n"]), str(r["d"]), cell("views", 0), cell("decomp_s"), cell("solve_s"), cell("assem_s"),
-                                              cell("total_s"), cell("mem_gb", 2), ratio("total_s_ratio"), ratio("mem_gb_ratio")]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        str(r["n"]),
+                        str(r["d"]),
+                        cell("views", 0),
+                        cell("decomp_s"),
+                        cell("solve_s"),
+                        cell("assem_s"),
+                        cell("total_s"),
+                        cell("mem_gb", 2),
+                        ratio("total_s_ratio"),
+                        ratio("mem_gb_ratio"),
+                    ]
+                )
+                + " |"
+            )
         lines += ["", "Cells: ours (paper). Ratios only where the paper prints a value, not a bound.", ""]
         return "\n".join(lines)
     methods = [m for m in METHOD_ORDER if m in set(df["method"])] + sorted(set(df["method"]) - set(METHOD_ORDER))
@@ -212,7 +284,9 @@ def table_markdown(table: int, df) -> str:
         q = _fmt(first["queries"], 0)
         if first["paper_queries"] is not None and first["paper_queries"] != first["queries"]:
             q += f" (paper {_fmt(first['paper_queries'], 0)})"
-        cells = [{"dataset": dataset, "n": str(n), "d": str(d)}[k] for k in keys] + ([] if table == 5 else [workload, q])
+        cells = [{"dataset": dataset, "n": str(n), "d": str(d)}[k] for k in keys] + (
+            [] if table == 5 else [workload, q]
+        )
         for m in methods:
             r = by.get(m)
             if r is None:
@@ -224,15 +298,29 @@ def table_markdown(table: int, df) -> str:
             cells.append(ours)
         if "qs" in methods:
             r = by.get("qs")
-            cells.append("" if not r or r["lower_bound_rmse"] is None else f"{_fmt(r['lower_bound_rmse'])} ({r['gap']:.1e})")
+            cells.append(
+                "" if not r or r["lower_bound_rmse"] is None else f"{_fmt(r['lower_bound_rmse'])} ({r['gap']:.1e})"
+            )
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Cells: our RMSE (the paper's figure, relative difference). NI: the method does not support the "
-              "workload; *: error computable, release not runnable (full data vector too large).", ""]
+    lines += [
+        "",
+        "Cells: our RMSE (the paper's figure, relative difference). NI: the method does not support the "
+        "workload; *: error computable, release not runnable (full data vector too large).",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def write_paper_outputs(table: int, metrics: list[dict], unsupported: list[dict], labels: dict, csv_path, md_path,
-                        figure_paths: dict | None = None, figs: PaperFigures | None = None) -> dict:
+def write_paper_outputs(
+    table: int,
+    metrics: list[dict],
+    unsupported: list[dict],
+    labels: dict,
+    csv_path,
+    md_path,
+    figure_paths: dict | None = None,
+    figs: PaperFigures | None = None,
+) -> dict:
     """Write ``table{N}.csv`` and ``.md`` (and the table's figures) atomically."""
     df = paper_table(table, metrics, unsupported, labels, figs)
     write_text(Path(csv_path), df.to_csv(index=False))
@@ -240,4 +328,3 @@ def write_paper_outputs(table: int, metrics: list[dict], unsupported: list[dict]
     if figure_paths:
         plot_table(table, df, figure_paths)
     return {"table": table, "rows": len(df)}
-

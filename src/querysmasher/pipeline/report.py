@@ -11,8 +11,23 @@ from .layout import budget_slug
 __all__ = ["aggregate"]
 
 EXPERIMENT_COLUMNS = (
-    "experiment", "schema", "workload", "method", "budget", "seed", "queries", "workload_views", "residual_views", "distinct_solves",
-    "predicted_rmse", "lower_bound_rmse", "empirical_rmse", "mean_squared_z", "total_seconds", "peak_memory_mb", "certified",
+    "experiment",
+    "schema",
+    "workload",
+    "method",
+    "budget",
+    "seed",
+    "queries",
+    "workload_views",
+    "residual_views",
+    "distinct_solves",
+    "predicted_rmse",
+    "lower_bound_rmse",
+    "empirical_rmse",
+    "mean_squared_z",
+    "total_seconds",
+    "peak_memory_mb",
+    "certified",
 )
 
 
@@ -40,7 +55,22 @@ def aggregate(metrics_paths, tables_dir, figures_dir) -> dict:
     rmse = df.pivot_table(index=["schema", "workload", "budget"], columns="method", values=values, aggfunc="mean")
     rmse.columns = [f"{v}_{meth}" for v, meth in rmse.columns]
     write_text(tables_dir / "rmse.csv", rmse.reset_index().to_csv(index=False))
-    res_cols = [c for c in ("schema", "workload", "method", "budget", "seed", "workload_views", "residual_views", "distinct_solves", "total_seconds", "peak_memory_mb") if c in df] + sorted(c for c in df if c.endswith("_seconds") and c != "total_seconds")
+    res_cols = [
+        c
+        for c in (
+            "schema",
+            "workload",
+            "method",
+            "budget",
+            "seed",
+            "workload_views",
+            "residual_views",
+            "distinct_solves",
+            "total_seconds",
+            "peak_memory_mb",
+        )
+        if c in df
+    ] + sorted(c for c in df if c.endswith("_seconds") and c != "total_seconds")
     write_text(tables_dir / "resources.csv", df[res_cols].to_csv(index=False))
     _figures(df, figures_dir)
     return {"experiments": len(df)}
@@ -73,7 +103,10 @@ def _figures(df, figures_dir: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     _save_png(fig, figures_dir / "rmse.png")
-    for col, name, ylabel in (("total_seconds", "time_vs_views.png", "total time (s, benchmarks)"), ("peak_memory_mb", "memory_vs_views.png", "peak memory (MB, max RSS)")):
+    for col, name, ylabel in (
+        ("total_seconds", "time_vs_views.png", "total time (s, benchmarks)"),
+        ("peak_memory_mb", "memory_vs_views.png", "peak memory (MB, max RSS)"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for meth in methods:
             g = df[(df.method == meth) & df[col].notna()]

@@ -35,10 +35,26 @@ import math
 import os
 from functools import lru_cache
 
-from .cache import BASE_MEM_MB, DECOMPOSE_HELD_FACTOR, distinct_nonproduct_views, estimate_decompose_mem_mb, runtime_minutes, STORED_SOLUTIONS_HELD
+from .cache import (
+    BASE_MEM_MB,
+    DECOMPOSE_HELD_FACTOR,
+    STORED_SOLUTIONS_HELD,
+    distinct_nonproduct_views,
+    estimate_decompose_mem_mb,
+    runtime_minutes,
+)
 from .datasets import resolve_data_source
 
-__all__ = ["stage_resources", "stage_threads", "grid_resources", "release_resources", "decompose_runtime_minutes", "retry", "STAGES", "records_shape"]
+__all__ = [
+    "stage_resources",
+    "stage_threads",
+    "grid_resources",
+    "release_resources",
+    "decompose_runtime_minutes",
+    "retry",
+    "STAGES",
+    "records_shape",
+]
 
 STAGES = ("allocate", "measure", "reconstruct", "evaluate", "release", "aggregate", "paper")
 
@@ -128,7 +144,9 @@ MAX_EVALUATE_THREADS = 8
 ALLOCATE_MB_PER_THREAD = 5000  # solutions' MB per thread of allocate's variance report (about 2 minutes of it)
 
 
-def stage_threads(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True) -> int:
+def stage_threads(
+    stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True
+) -> int:
     """Threads of one job of ``stage``: evaluate of a measured experiment with more than
     ``EVALUATE_QUERIES_PER_THREAD`` queries splits its views over up to ``MAX_EVALUATE_THREADS``
     (processes of one BLAS thread); allocate splits its per-query variance report the same way when
@@ -164,7 +182,9 @@ def _result_mbs(manifest: dict | None) -> list[float]:
     return sorted(float(s.get("cost", {}).get("result_mb", 0.0)) for s in (manifest or {}).get("subproblems", []))
 
 
-def stage_resources(stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True) -> dict:
+def stage_resources(
+    stage: str, experiment, manifest: dict | None = None, *, measured: bool = True, max_variance: bool = True
+) -> dict:
     """``{"mem_mb", "runtime"}`` of one job of ``stage`` for ``experiment`` (a
     :class:`~querysmasher.pipeline.config.Experiment`), given its problem's manifest when it exists
     (the solutions the plan holds), whether the experiment is measured (released) and whether its
@@ -212,7 +232,10 @@ def stage_resources(stage: str, experiment, manifest: dict | None = None, *, mea
         if csv:
             mb += PANDAS_MB + CSV_BYTES_FACTOR * file_mb
     mem = BASE_MEM_MB + mb
-    return {"mem_mb": int(math.ceil(mem)), "runtime": runtime_minutes(5.0 + seconds + SECONDS_PER_MB * max(mb, streamed))}
+    return {
+        "mem_mb": int(math.ceil(mem)),
+        "runtime": runtime_minutes(5.0 + seconds + SECONDS_PER_MB * max(mb, streamed)),
+    }
 
 
 def grid_resources(stage: str, experiments: int) -> dict:

@@ -20,25 +20,40 @@ from pathlib import Path
 from ..accounting import parse_budget
 from ..allocation import is_certified
 from ..atomic import write_json
+from ..data import warn_dropped
+from ..decompose import Decomposition, SubworkloadGram, decompose
+from ..linalg import MatrixStore
 from ..methods import get_method
+from ..plan import Plan
+from ..planning import make_plan
+from ..queryfactor import rederive_solutions
 from ..workloadfile import read_workload_file, write_workload_file
 from .cache import (
-    BASE_MEM_MB, batch_cost, batch_id, estimate_cost, estimate_decompose_mem_mb, plan_batches, StoredSolutions, read_subproblem, runtime_minutes, write_batch,
-    write_solutions, write_subproblem,
+    BASE_MEM_MB,
+    StoredSolutions,
+    batch_cost,
+    batch_id,
+    estimate_cost,
+    estimate_decompose_mem_mb,
+    plan_batches,
+    read_subproblem,
+    runtime_minutes,
+    write_batch,
+    write_solutions,
+    write_subproblem,
 )
 from .datasets import load_dataset
 from .layout import batch_path, solve_path, solver_namespace, subproblem_path, workload_id
-import numpy as np
-from ..decompose import decompose, Decomposition, SubworkloadGram
-from ..linalg import MatrixStore
-from ..queryfactor import rederive_solutions
-from ..plan import Plan
-from ..planning import make_plan
-from ..data import warn_dropped
 
 __all__ = [
-    "logged", "write_workload_file", "read_workload_file", "decompose_to_files", "solve_subproblem_files", "allocate_to_files",
-    "measure_to_file", "reconstruct_to_file",
+    "logged",
+    "write_workload_file",
+    "read_workload_file",
+    "decompose_to_files",
+    "solve_subproblem_files",
+    "allocate_to_files",
+    "measure_to_file",
+    "reconstruct_to_file",
 ]
 
 CONTEXT_OVERHEAD_MIN_SECONDS = 1.0  # a context solver's re-decomposition shorter than this does not decide batching
@@ -53,9 +68,16 @@ def logged(path: str | Path | None):
     from .. import logs  # in the body: the stage function's fingerprint follows it
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh), warnings.catch_warnings():
+    with (
+        open(path, "w") as fh,
+        contextlib.redirect_stdout(fh),
+        contextlib.redirect_stderr(fh),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("always")
-        warnings.showwarning = lambda m, c, f, ln, file=None, line=None: print(f"warning: {c.__name__}: {m}", file=fh, flush=True)
+        warnings.showwarning = lambda m, c, f, ln, file=None, line=None: print(
+            f"warning: {c.__name__}: {m}", file=fh, flush=True
+        )
         with logs.configured():  # the library's INFO lines (timed) go to the same log file
             yield
 
@@ -81,7 +103,15 @@ def decompose_to_files(
     (if absent)."""
     w = read_workload_file(workload_path)
     if get_method(method).whole_workload:  # planned whole in the allocate job: no views, no subproblems
-        return _empty_decomposition(w, decomposition_path, manifest_path, method=method, options=options, workload_path=workload_path, problem=problem)
+        return _empty_decomposition(
+            w,
+            decomposition_path,
+            manifest_path,
+            method=method,
+            options=options,
+            workload_path=workload_path,
+            problem=problem,
+        )
     d = decompose(w, lazy=True)  # a random view's large Gram goes to its subproblem file as a recipe, not held
     names = w.schema.names
     solver = get_method(method).build(**(options or {}))
@@ -90,7 +120,9 @@ def decompose_to_files(
         context = workload_id(w)
         solver.prepare(d)  # fails here, before any solve job, when the workload does not suit the solver
     ns = solver_namespace(method, options, context)
-    views = [{"attrs": list(a), "names": [names[i] for i in a], "key": d.keys[a][0], "scale": d.keys[a][1]} for a in d.grams]
+    views = [
+        {"attrs": list(a), "names": [names[i] for i in a], "key": d.keys[a][0], "scale": d.keys[a][1]} for a in d.grams
+    ]
     per_key: dict[str, list] = {}
     for a in d.grams:
         per_key.setdefault(d.keys[a][0], []).append(a)
@@ -112,56 +144,122 @@ def decompose_to_files(
     for key, g in sorted(distinct.items()):
         write_subproblem(key, g, d.store, subproblem_path(key))
         cost = estimate_cost(g, d.store, method, options, solver=solver, context_mb=context_mb)
-        is_cheap = not g.sizes or g.single_kron or g.cells <= batch_max_cells or cost["seconds"] <= max(batch_max_seconds, overhead)
+        is_cheap = (
+            not g.sizes
+            or g.single_kron
+            or g.cells <= batch_max_cells
+            or cost["seconds"] <= max(batch_max_seconds, overhead)
+        )
         if context and not is_cheap:  # its own job re-runs the decomposition before solving
-            cost = {**cost, "seconds": round(cost["seconds"] + overhead, 3), "runtime": runtime_minutes(cost["seconds"] + overhead)}
+            cost = {
+                **cost,
+                "seconds": round(cost["seconds"] + overhead, 3),
+                "runtime": runtime_minutes(cost["seconds"] + overhead),
+            }
         subs[key] = {
-            "key": key, "sizes": list(g.sizes), "cells": g.cells, "terms": len(g.terms), "dense_terms": sum(t.dense for t in g.terms),
-            "single_kron": g.single_kron, "views": len(per_key[key]), "example_view": [names[i] for i in per_key[key][0]],
-            "cost": cost, "batched": bool(is_cheap), "solve_file": solve_path(ns, key),
+            "key": key,
+            "sizes": list(g.sizes),
+            "cells": g.cells,
+            "terms": len(g.terms),
+            "dense_terms": sum(t.dense for t in g.terms),
+            "single_kron": g.single_kron,
+            "views": len(per_key[key]),
+            "example_view": [names[i] for i in per_key[key][0]],
+            "cost": cost,
+            "batched": bool(is_cheap),
+            "solve_file": solve_path(ns, key),
         }
         if is_cheap:
             cheap.append(key)
     batches = []
-    for members in plan_batches(cheap, batch_size, {k: subs[k]["cost"]["seconds"] for k in cheap}, batch_seconds, shared=not context):
+    for members in plan_batches(
+        cheap, batch_size, {k: subs[k]["cost"]["seconds"] for k in cheap}, batch_seconds, shared=not context
+    ):
         bid = batch_id(members)
         write_batch(bid, members, batch_path(bid))
         file_id = f"batch-{bid}"
         for k in members:
             subs[k]["solve_file"] = solve_path(ns, file_id)
-        batches.append({
-            "id": bid, "file_id": file_id, "keys": members, "solve_file": solve_path(ns, file_id),
-            "cost": batch_cost([subs[k]["cost"] for k in members], context_mb, overhead),
-        })
-    write_json(decomposition_path, {
-        "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": d.seconds,
-        "workload_views": len({v.attrs for v in w.views}), "views": views,
-    })
+        batches.append(
+            {
+                "id": bid,
+                "file_id": file_id,
+                "keys": members,
+                "solve_file": solve_path(ns, file_id),
+                "cost": batch_cost([subs[k]["cost"] for k in members], context_mb, overhead),
+            }
+        )
+    write_json(
+        decomposition_path,
+        {
+            "problem": problem,
+            "schema": w.schema.name,
+            "workload": w.spec,
+            "seconds": d.seconds,
+            "workload_views": len({v.attrs for v in w.views}),
+            "views": views,
+        },
+    )
     manifest = {
-        "problem": problem, "method": method, "options": dict(options or {}), "namespace": ns, "context": context,
-        "workload_file": str(workload_path), "residual_views": len(views), "distinct": len(subs),
-        "subproblems": list(subs.values()), "batches": batches,
+        "problem": problem,
+        "method": method,
+        "options": dict(options or {}),
+        "namespace": ns,
+        "context": context,
+        "workload_file": str(workload_path),
+        "residual_views": len(views),
+        "distinct": len(subs),
+        "subproblems": list(subs.values()),
+        "batches": batches,
         "solve_files": sorted({s["solve_file"] for s in subs.values()}),
     }
     write_json(manifest_path, manifest)
     return {"residual_views": len(views), "distinct": len(subs), "batched": len(cheap), "batches": len(batches)}
 
 
-def _empty_decomposition(w, decomposition_path, manifest_path, *, method: str, options, workload_path, problem: str) -> dict:
+def _empty_decomposition(
+    w, decomposition_path, manifest_path, *, method: str, options, workload_path, problem: str
+) -> dict:
     """The decompose checkpoint of a whole-workload method: no residual views, no subproblems, no
     solve files (the rules downstream see an empty manifest)."""
-    write_json(decomposition_path, {
-        "problem": problem, "schema": w.schema.name, "workload": w.spec, "seconds": 0.0,
-        "workload_views": len({v.attrs for v in w.views}), "views": [],
-    })
-    write_json(manifest_path, {
-        "problem": problem, "method": method, "options": dict(options or {}), "namespace": method, "context": "",
-        "workload_file": str(workload_path), "residual_views": 0, "distinct": 0, "subproblems": [], "batches": [], "solve_files": [],
-    })
+    write_json(
+        decomposition_path,
+        {
+            "problem": problem,
+            "schema": w.schema.name,
+            "workload": w.spec,
+            "seconds": 0.0,
+            "workload_views": len({v.attrs for v in w.views}),
+            "views": [],
+        },
+    )
+    write_json(
+        manifest_path,
+        {
+            "problem": problem,
+            "method": method,
+            "options": dict(options or {}),
+            "namespace": method,
+            "context": "",
+            "workload_file": str(workload_path),
+            "residual_views": 0,
+            "distinct": 0,
+            "subproblems": [],
+            "batches": [],
+            "solve_files": [],
+        },
+    )
     return {"residual_views": 0, "distinct": 0, "batched": 0, "batches": 0}
 
 
-def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: str, options: dict | None = None, workload_path: str | Path | None = None) -> dict:
+def solve_subproblem_files(
+    subproblem_paths,
+    out_path: str | Path,
+    *,
+    method: str,
+    options: dict | None = None,
+    workload_path: str | Path | None = None,
+) -> dict:
     """Solve subproblem files with one solver instance (batches share its per-factor caches) and
     write every solution to the solve file ``out_path`` (kind ``solve``, one group per key).
 
@@ -174,7 +272,9 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
     if hasattr(solver, "prepare"):
         if not workload_path:
             raise ValueError(f"method {method!r} reads workload context: give workload_path")
-        decomp = decompose(read_workload_file(workload_path), lazy=True)  # as the decompose job: one large random Gram at a time
+        decomp = decompose(
+            read_workload_file(workload_path), lazy=True
+        )  # as the decompose job: one large random Gram at a time
         solver.prepare(decomp)
         distinct = decomp.distinct()
     results = []
@@ -187,7 +287,10 @@ def solve_subproblem_files(subproblem_paths, out_path: str | Path, *, method: st
         t0 = time.perf_counter()
         sol = solver.solve(gram, store)
         results.append((key, sol, time.perf_counter() - t0))
-        print(f"solved {key}: {gram.cells} cells, {len(gram.terms)} terms, loss {sol.loss:.6g}, {results[-1][2]:.2f} s ({sol.solver}) {sol.note}", flush=True)
+        print(
+            f"solved {key}: {gram.cells} cells, {len(gram.terms)} terms, loss {sol.loss:.6g}, {results[-1][2]:.2f} s ({sol.solver}) {sol.note}",
+            flush=True,
+        )
     write_solutions(out_path, method, options, results)
     return {"solved": len(results), "seconds": sum(r[2] for r in results)}
 
@@ -220,9 +323,21 @@ def _assemble_from_files(w, decomposition_path, solve_paths, method: str, budget
 
 
 def allocate_to_files(
-    workload_path, decomposition_path, solve_paths, plan_path, plan_json_path, *, method: str, budget, delta: float | None = None,
-    objective: str = "sum", neighbours: str = "add-remove", options: dict | None = None, experiment: dict | None = None,
-    mechanisms: bool = True, max_variance: bool = True,
+    workload_path,
+    decomposition_path,
+    solve_paths,
+    plan_path,
+    plan_json_path,
+    *,
+    method: str,
+    budget,
+    delta: float | None = None,
+    objective: str = "sum",
+    neighbours: str = "add-remove",
+    options: dict | None = None,
+    experiment: dict | None = None,
+    mechanisms: bool = True,
+    max_variance: bool = True,
 ) -> dict:
     """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind; with
     ``mechanisms=False``, for plan-only experiments, its summary alone: :func:`querysmasher.planfiles.save_plan_summary`) and
@@ -261,7 +376,11 @@ def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
     """The release of an experiment: the plan's mechanisms on the records with a fixed noise seed
     (experiments are explicitly seeded runs; the measurements file is marked ``seeded``), with the
     privacy re-check before any record is read, as the command line does."""
-    from ..measure import check_plan, measure_plan_to_file, plan_digest  # in the body: the stage function's fingerprint follows it
+    from ..measure import (  # in the body: the stage function's fingerprint follows it
+        check_plan,
+        measure_plan_to_file,
+        plan_digest,
+    )
     from ..noise import make_noise  # in the body: the stage function's fingerprint follows it
     from ..planfiles import load_any_plan  # in the body: the stage function's fingerprint follows it
 
@@ -275,7 +394,9 @@ def measure_to_file(plan_path, out_path, *, source: dict, seed: int) -> dict:
     return {"seeded": noise.seeded}
 
 
-def reconstruct_to_file(plan_path, measurements_path, out_path, *, csv_dir: str | Path | None = None, max_answers: int | None = None) -> dict:
+def reconstruct_to_file(
+    plan_path, measurements_path, out_path, *, csv_dir: str | Path | None = None, max_answers: int | None = None
+) -> dict:
     """Answers (and variances) of every workload query, plus CSV tables when ``csv_dir`` is given
     (an empty folder for plans without per-view tables), with the measurements checked against the
     plan, as the command line does."""
@@ -287,4 +408,6 @@ def reconstruct_to_file(plan_path, measurements_path, out_path, *, csv_dir: str 
     if csv_dir and not has_per_view_tables(plan):
         Path(csv_dir).mkdir(parents=True, exist_ok=True)
         csv_dir = None
-    return reconstruct_plan_to_file(plan, measurements_path, out_path, plan_sha256=plan_digest(plan_path), csv_dir=csv_dir, max_answers=max_answers)
+    return reconstruct_plan_to_file(
+        plan, measurements_path, out_path, plan_sha256=plan_digest(plan_path), csv_dir=csv_dir, max_answers=max_answers
+    )

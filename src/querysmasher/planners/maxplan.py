@@ -26,12 +26,21 @@ from ..accounting import Budget, view_costs
 from ..allocation import BUDGET_MARGIN, Allocation
 from ..decompose import decompose
 from ..linalg import content_hash
+from ..maxvar import (
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_TARGET_GAP,
+    NU_FLOOR,
+    QueryClass,
+    class_contributions,
+    class_variances,
+    query_classes,
+    view_orbits,
+    weighted_decomposition,
+)
 from ..methods import get_method
-from ..solvers import mechanism_loss, ViewMechanism, ViewSolution
-from ..maxvar import (NU_FLOOR, DEFAULT_MAX_ITERATIONS, DEFAULT_MAX_TARGET_GAP, QueryClass, class_variances,
-                     class_contributions, query_classes, view_orbits, weighted_decomposition)
 from ..plan import Plan
 from ..schema import parse_schema
+from ..solvers import ViewMechanism, ViewSolution, mechanism_loss
 from ..workload import Workload, parse_workload
 from .residual import assemble_plan, solve_distinct
 
@@ -51,7 +60,9 @@ def _allocation_lower(a: np.ndarray, costs: np.ndarray, lam: np.ndarray, beta: f
     return float(np.sqrt(costs * np.maximum(lam @ a, 0.0)).sum()) ** 2 / beta
 
 
-def allocate_max(a: np.ndarray, costs: np.ndarray, beta: float, *, polish_tol: float = 1e-11, polish_steps: int = 3000) -> _AllocationResult:
+def allocate_max(
+    a: np.ndarray, costs: np.ndarray, beta: float, *, polish_tol: float = 1e-11, polish_steps: int = 3000
+) -> _AllocationResult:
     """min_s max_q (A s)_q s.t. sum_v c_v / s_v <= beta, s > 0 (views with a zero column unmeasured).
 
     cvxpy/Clarabel gives a starting point; the dual is then polished by multiplicative steps
@@ -142,7 +153,9 @@ def plan_max(
         orbits = np.array(view_orbits(workload, wplan.views))
         costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
         alloc = allocate_max(class_contributions(wplan, classes, list(orbits)), np.bincount(orbits, weights=costs), 1.0)
-        if getattr(solver, "fixed_shapes", False):  # shapes do not depend on nu: the allocation dual certifies the family optimum
+        if getattr(
+            solver, "fixed_shapes", False
+        ):  # shapes do not depend on nu: the allocation dual certifies the family optimum
             low = max(low, alloc.lower)
         return phi, low, variances, wplan, dataclasses.replace(alloc, sigma2=alloc.sigma2[orbits])
 
@@ -193,7 +206,9 @@ def plan_max(
     # the mixture sum_t alpha_t Y^t of the iterates' mechanisms is feasible and, by convexity, no
     # query's variance exceeds sum_t alpha_t Var_q(Y^t); its own max-allocation can only improve it
     if mix is not None and mix[1] < best_up:
-        mixed = _mixed_plan(workload, [(a, iterates[t][0], iterates[t][1]) for t, a in mix[0]], method, beta1, max_cells)
+        mixed = _mixed_plan(
+            workload, [(a, iterates[t][0], iterates[t][1]) for t, a in mix[0]], method, beta1, max_cells
+        )
         if mixed is not None:
             m_alloc = reallocate(mixed)
             if m_alloc.upper < best_up:
@@ -204,7 +219,12 @@ def plan_max(
     # rounding above beta (the polished max-allocation spends beta up to ~1e-15)
     sigma2 = alloc.sigma2 / (budget.beta * (1 - BUDGET_MARGIN))
     grams = base.grams
-    losses = np.array([mechanism_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0 for a, k in zip(wplan.views, wplan.keys)])
+    losses = np.array(
+        [
+            mechanism_loss(grams[a], base.store, wplan.solutions[k].mechanism) if a in grams else 0.0
+            for a, k in zip(wplan.views, wplan.keys)
+        ]
+    )
     costs = view_costs(wplan.keys, wplan.solutions, budget.neighbours)
     finite = np.isfinite(sigma2)
     spent = float(np.sum(costs[finite] / sigma2[finite]))
@@ -212,11 +232,23 @@ def plan_max(
         sigma2 = sigma2 * (spent / (budget.beta * (1 - BUDGET_MARGIN)))
     allocation = Allocation(sigma2, float(np.sum(sigma2[finite] * losses[finite])), budget.beta, costs)
     plan = Plan(
-        schema, workload, method, budget, list(wplan.views), list(wplan.keys), np.ones(len(wplan.views)), losses,
+        schema,
+        workload,
+        method,
+        budget,
+        list(wplan.views),
+        list(wplan.keys),
+        np.ones(len(wplan.views)),
+        losses,
         # mechanisms stored as they are: their keys are the weighted decomposition's, whose query
         # factors the plan's workload does not have (querysmasher.queryfactor)
-        np.zeros(len(wplan.views)), allocation, {k: dataclasses.replace(s, query_factor=None) for k, s in wplan.solutions.items()}, wplan.workload_views,
-        {"max_objective": time.perf_counter() - t0}, list(wplan.notes), "max",
+        np.zeros(len(wplan.views)),
+        allocation,
+        {k: dataclasses.replace(s, query_factor=None) for k, s in wplan.solutions.items()},
+        wplan.workload_views,
+        {"max_objective": time.perf_counter() - t0},
+        list(wplan.notes),
+        "max",
     )
     value = plan.max_variance[0]
     lower = best_low / budget.beta
@@ -238,8 +270,15 @@ def _best_mixture(values: list[np.ndarray]) -> tuple[list[tuple[int, float]], fl
         return [(0, 1.0)], float(v.max())
     k = v.shape[0]
     # variables (alpha_1..alpha_k, z): minimise z s.t. V^T alpha - z <= 0, sum alpha = 1
-    res = linprog(np.r_[np.zeros(k), 1.0], A_ub=np.c_[v.T, -np.ones(v.shape[1])], b_ub=np.zeros(v.shape[1]),
-                  A_eq=np.r_[np.ones(k), 0.0][None, :], b_eq=[1.0], bounds=[(0, None)] * k + [(None, None)], method="highs")
+    res = linprog(
+        np.r_[np.zeros(k), 1.0],
+        A_ub=np.c_[v.T, -np.ones(v.shape[1])],
+        b_ub=np.zeros(v.shape[1]),
+        A_eq=np.r_[np.ones(k), 0.0][None, :],
+        b_eq=[1.0],
+        bounds=[(0, None)] * k + [(None, None)],
+        method="highs",
+    )
     if res.status != 0:
         t = int(np.argmin(v.max(axis=1)))
         return [(t, 1.0)], float(v[t].max())
@@ -278,5 +317,17 @@ def _mixed_plan(workload: Workload, parts: list, method: str, budget: Budget, ma
     sigma2 = np.where(prec > 0, 1.0 / np.where(prec > 0, prec, 1.0), np.inf)
     costs = view_costs(keys, sols, budget.neighbours)
     alloc = Allocation(sigma2, 0.0, budget.beta, costs)
-    return Plan(workload.schema, workload, method, budget, views, keys, np.ones(len(views)), np.zeros(len(views)), np.zeros(len(views)),
-                alloc, sols, first.workload_views)
+    return Plan(
+        workload.schema,
+        workload,
+        method,
+        budget,
+        views,
+        keys,
+        np.ones(len(views)),
+        np.zeros(len(views)),
+        np.zeros(len(views)),
+        alloc,
+        sols,
+        first.workload_views,
+    )

@@ -28,9 +28,9 @@ from ..mechanisms import ViewMechanism
 from ..options import Option, check_options
 from ..plan import Plan
 from ..schema import Schema, parse_schema
-from ..workload import Workload, parse_workload
 from ..solvers.qs import DEFAULT_TARGET_GAP, QSSolver
 from ..solvers.sdp import loss_of, solve_dense
+from ..workload import Workload, parse_workload
 from .residual import plan_residual
 from .wholedomain import full_domain_plan
 
@@ -71,7 +71,9 @@ def plan_mm(
     t2 = time.perf_counter()
     candidates = [(r.X, r.loss, "mm")]
     # the residual optimum is a full-domain mechanism too: keep it if the solve stopped above it
-    qs = plan_residual(workload, "qs", QSSolver(target_gap=target_gap, max_dense_cells=max_cells), Budget.from_beta(1.0))
+    qs = plan_residual(
+        workload, "qs", QSSolver(target_gap=target_gap, max_dense_cells=max_cells), Budget.from_beta(1.0)
+    )
     x_qs = residual_plan_as_full_domain(qs)
     x_qs = x_qs / float(np.diag(x_qs).max())
     candidates.append((x_qs, loss_of(g, x_qs), "mm/qs"))
@@ -79,8 +81,18 @@ def plan_mm(
     low = min(r.lower_bound, loss)
     note = "" if r.converged else f"full-domain solve stopped at gap {r.gap:.2e} (target {target_gap:.0e})"
     phases = {"gram": t1 - t0, "solve": t2 - t1, "residual_candidate": time.perf_counter() - t2}
-    return full_domain_plan(schema, workload, "mm", budget, ViewMechanism("dense", schema.sizes, (x,)), loss=loss, lower_bound=low,
-                            solver=which, note=note, phase_seconds=phases)
+    return full_domain_plan(
+        schema,
+        workload,
+        "mm",
+        budget,
+        ViewMechanism("dense", schema.sizes, (x,)),
+        loss=loss,
+        lower_bound=low,
+        solver=which,
+        note=note,
+        phase_seconds=phases,
+    )
 
 
 SOLVE_DENSE_ARRAYS = 8  # the full-domain solve's cells x cells arrays held at once
@@ -95,10 +107,18 @@ class MMPlanner:
     name = "mm"
     objectives = ("sum",)
     option_specs = (
-        Option("target_gap", "number", "relative duality gap of the full-domain solve (default 1e-4)", low=0, high=1,
-               open_low=True, open_high=True),
-        Option("max_dense_cells", "int", f"largest full domain planned (default {DEFAULT_MAX_FULL_CELLS:,} cells)",
-               low=1),
+        Option(
+            "target_gap",
+            "number",
+            "relative duality gap of the full-domain solve (default 1e-4)",
+            low=0,
+            high=1,
+            open_low=True,
+            open_high=True,
+        ),
+        Option(
+            "max_dense_cells", "int", f"largest full domain planned (default {DEFAULT_MAX_FULL_CELLS:,} cells)", low=1
+        ),
     )
 
     @staticmethod
@@ -113,8 +133,9 @@ class MMPlanner:
         return {"mem_mb": (RELEASE_DENSE_ARRAYS * 8.0 * c * c + 8.0 * 6 * c) / 2**20, "seconds": 0.0}
 
     def __init__(self, target_gap: float = DEFAULT_TARGET_GAP, max_dense_cells: int = DEFAULT_MAX_FULL_CELLS):
-        opts = check_options(self.name, self.option_specs,
-                             {"target_gap": target_gap, "max_dense_cells": max_dense_cells})
+        opts = check_options(
+            self.name, self.option_specs, {"target_gap": target_gap, "max_dense_cells": max_dense_cells}
+        )
         self.target_gap, self.max_cells = opts["target_gap"], opts["max_dense_cells"]
 
     def plan(self, schema: Schema, workload: Workload, budget: Budget, *, objective: str = "sum") -> Plan:

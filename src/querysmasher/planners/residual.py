@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 __all__ = ["solve_distinct", "assemble_plan", "plan_residual"]
 
 
-def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver) -> dict[str, ViewSolution]:
+def solve_distinct(
+    distinct: dict[str, SubworkloadGram], store: MatrixStore, solver: ViewSolver
+) -> dict[str, ViewSolution]:
     """Solve each distinct (unit-trace) subproblem once (one INFO line each: loss, gap, seconds).
 
     With a thread budget above 1 (:mod:`querysmasher.threads`: the CLI's ``--threads``, an API
@@ -59,7 +61,17 @@ def solve_distinct(distinct: dict[str, SubworkloadGram], store: MatrixStore, sol
     for key, (sol, seconds) in progress(zip(order, results), desc=f"solve ({name})", total=len(order), unit="solve"):
         g = distinct[key]
         solved[key] = sol
-        log.info("solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s", key[:12], g.cells, len(g.terms), sol.loss, sol.gap, seconds, sol.solver, f" {sol.note}" if sol.note else "")
+        log.info(
+            "solved %s: %d cells, %d terms, loss %.6g, gap %.2e, %.2f s (%s)%s",
+            key[:12],
+            g.cells,
+            len(g.terms),
+            sol.loss,
+            sol.gap,
+            seconds,
+            sol.solver,
+            f" {sol.note}" if sol.note else "",
+        )
     return {k: solved[k] for k in distinct}
 
 
@@ -93,10 +105,27 @@ def assemble_plan(
     phases = dict(phase_seconds or {})
     phases["allocate"] = time.perf_counter() - t0
     plan = Plan(
-        decomp.workload.schema, decomp.workload, method, budget, views, keys, scales, losses, lows, alloc,
-        _used(solutions, keys), len({v.attrs for v in decomp.workload.views}), phases, notes,
+        decomp.workload.schema,
+        decomp.workload,
+        method,
+        budget,
+        views,
+        keys,
+        scales,
+        losses,
+        lows,
+        alloc,
+        _used(solutions, keys),
+        len({v.attrs for v in decomp.workload.views}),
+        phases,
+        notes,
     )
-    log.info("allocated beta %.6g over %d measured residual views: RMSE %.6g", budget.beta, int(np.isfinite(alloc.sigma2).sum()), plan.rmse)
+    log.info(
+        "allocated beta %.6g over %d measured residual views: RMSE %.6g",
+        budget.beta,
+        int(np.isfinite(alloc.sigma2).sum()),
+        plan.rmse,
+    )
     return plan
 
 
@@ -107,7 +136,13 @@ def plan_residual(workload: Workload, method: str, solver: ViewSolver, budget: B
     decomp = decompose(workload)
     t0 = time.perf_counter()
     distinct = decomp.distinct()
-    log.info("decomposed %s: %d residual views, %d distinct subproblems, %.2f s", workload.spec, len(decomp.grams), len(distinct), decomp.seconds)
+    log.info(
+        "decomposed %s: %d residual views, %d distinct subproblems, %.2f s",
+        workload.spec,
+        len(decomp.grams),
+        len(distinct),
+        decomp.seconds,
+    )
     if hasattr(solver, "prepare"):  # solvers that need workload context (e.g. RP+'s per-attribute bases)
         solver.prepare(decomp)
     with warnings.catch_warnings(record=True) as caught:

@@ -34,8 +34,19 @@ from ..workload import Workload
 __all__ = ["full_domain_plan"]
 
 
-def full_domain_plan(schema: Schema, workload: Workload, method: str, budget: Budget, mechanism: ViewMechanism, *, loss: float | None = None,
-                     lower_bound: float = 0.0, solver: str | None = None, note: str = "", phase_seconds: dict | None = None) -> Plan:
+def full_domain_plan(
+    schema: Schema,
+    workload: Workload,
+    method: str,
+    budget: Budget,
+    mechanism: ViewMechanism,
+    *,
+    loss: float | None = None,
+    lower_bound: float = 0.0,
+    solver: str | None = None,
+    note: str = "",
+    phase_seconds: dict | None = None,
+) -> Plan:
     """The plan measuring the full data vector with ``mechanism`` (see the module docstring)."""
     if tuple(mechanism.sizes) != tuple(schema.sizes):
         raise ValueError(f"a full-domain mechanism has the schema's sizes {schema.sizes}, not {mechanism.sizes}")
@@ -46,7 +57,19 @@ def full_domain_plan(schema: Schema, workload: Workload, method: str, budget: Bu
     sol = ViewSolution(mechanism, loss, lower_bound, solver or method, note, gap)
     alloc = allocate([loss], budget.beta, [mechanism.cost(budget.neighbours)])
     return Plan(
-        schema, workload, method, budget, [tuple(range(len(schema)))], [key], np.ones(1), np.array([loss]), np.array([lower_bound]),
-        alloc, {key: sol}, len({v.attrs for v in workload.views}), dict(phase_seconds or {}), [f"{sol.solver}: {note}"] if note else [],
+        schema,
+        workload,
+        method,
+        budget,
+        [tuple(range(len(schema)))],
+        [key],
+        np.ones(1),
+        np.array([loss]),
+        np.array([lower_bound]),
+        alloc,
+        {key: sol},
+        len({v.attrs for v in workload.views}),
+        dict(phase_seconds or {}),
+        [f"{sol.solver}: {note}"] if note else [],
         layout="full-domain",
     )

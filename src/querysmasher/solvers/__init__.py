@@ -29,7 +29,17 @@ from ..registry import NAME_PATTERN, PluginRegistry, lazy_factory
 from .base import ViewMechanism, ViewSolution, ViewSolver, mechanism_loss
 from .closed_form import RPSolver, WFFSolver
 
-__all__ = ["ViewMechanism", "ViewSolution", "ViewSolver", "mechanism_loss", "SOLVERS", "get_solver", "ENTRY_POINT_GROUP", "NAME_PATTERN", "plugin_origin"]
+__all__ = [
+    "ViewMechanism",
+    "ViewSolution",
+    "ViewSolver",
+    "mechanism_loss",
+    "SOLVERS",
+    "get_solver",
+    "ENTRY_POINT_GROUP",
+    "NAME_PATTERN",
+    "plugin_origin",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +56,15 @@ def _without_options(cls):
     return factory
 
 
-SOLVERS = PluginRegistry(ENTRY_POINT_GROUP, {"rp": _without_options(RPSolver), "wff": _without_options(WFFSolver), "qs": lazy_factory("querysmasher.solvers.qs", "QSSolver"), "rpplus": lazy_factory("querysmasher.solvers.rpplus", "RPPlusSolver")})
+SOLVERS = PluginRegistry(
+    ENTRY_POINT_GROUP,
+    {
+        "rp": _without_options(RPSolver),
+        "wff": _without_options(WFFSolver),
+        "qs": lazy_factory("querysmasher.solvers.qs", "QSSolver"),
+        "rpplus": lazy_factory("querysmasher.solvers.rpplus", "RPPlusSolver"),
+    },
+)
 # The built-in whole-workload planners' names are reserved here by querysmasher.methods, which holds
 # the method table (SOLVERS.reserve): derived from it, never listed by hand.
 
@@ -64,5 +82,7 @@ def get_solver(name: str, **options) -> ViewSolver:
         raise KeyError(f"unknown method {name!r} (known: {', '.join(sorted(SOLVERS))})") from None
     solver = factory(**options)
     if not callable(getattr(solver, "solve", None)):
-        raise TypeError(f"method {name!r}: {SOLVERS.origin(name)} returned {type(solver).__name__}, which has no solve(gram, store)")
+        raise TypeError(
+            f"method {name!r}: {SOLVERS.origin(name)} returned {type(solver).__name__}, which has no solve(gram, store)"
+        )
     return solver

@@ -28,8 +28,15 @@ from ..linalg import MatrixStore, pinv_psd  # pinv_psd: re-exported, solvers imp
 from ..mechanisms import ViewMechanism, prime_eigh  # re-exported: the solver contract's mechanism type
 
 __all__ = [
-    "ViewMechanism", "ViewSolution", "ViewSolver", "SolveEstimate", "estimate_solve", "generic_estimate",
-    "mechanism_loss", "pinv_psd", "prime_eigh",
+    "ViewMechanism",
+    "ViewSolution",
+    "ViewSolver",
+    "SolveEstimate",
+    "estimate_solve",
+    "generic_estimate",
+    "mechanism_loss",
+    "pinv_psd",
+    "prime_eigh",
 ]
 
 
@@ -101,7 +108,9 @@ def generic_estimate(gram: SubworkloadGram) -> SolveEstimate:
         return SolveEstimate(0.001, 0.0, 0.0, "total")
     if gram.single_kron:
         sq = sum(n * n for n in gram.sizes)
-        return SolveEstimate(0.05 + 0.5 * sum((n / 100) ** 2 for n in gram.sizes), GENERIC_DENSE_ARRAYS * 8.0 * sq, 8.0 * sq, "kron")
+        return SolveEstimate(
+            0.05 + 0.5 * sum((n / 100) ** 2 for n in gram.sizes), GENERIC_DENSE_ARRAYS * 8.0 * sq, 8.0 * sq, "kron"
+        )
     return SolveEstimate(1.0 + 60.0 * (c / 1000) ** 3, GENERIC_DENSE_ARRAYS * 8.0 * c * c, 8.0 * c * c, "dense")
 
 
@@ -119,5 +128,7 @@ def mechanism_loss(gram: SubworkloadGram, store: MatrixStore, mech: ViewMechanis
     """tr(G X^+), factor-wise when both are Kronecker, densely otherwise (small views only)."""
     if mech.FACTORWISE and all(not t.dense for t in gram.terms):
         pinvs = mech.powers(-1)  # once per distinct small factor: RP and WFF repeat them across views
-        return float(sum(t.coef * math.prod(float(np.sum(store[f] * p)) for f, p in zip(t.factors, pinvs)) for t in gram.terms))
+        return float(
+            sum(t.coef * math.prod(float(np.sum(store[f] * p)) for f, p in zip(t.factors, pinvs)) for t in gram.terms)
+        )
     return float(np.sum(gram.dense(store) * pinv_psd(mech.dense_x())))

@@ -30,7 +30,15 @@ from ..decompose import SubworkloadGram, is_factor
 from ..linalg import MatrixStore, centering, stored_shape
 from .base import SolveEstimate, ViewMechanism, ViewSolution
 
-__all__ = ["RPSolver", "WFFSolver", "fourier_diag", "fourier_diag_factor", "wff_weights_1d", "circulant_from_weights", "wff_bytes"]
+__all__ = [
+    "RPSolver",
+    "WFFSolver",
+    "fourier_diag",
+    "fourier_diag_factor",
+    "wff_weights_1d",
+    "circulant_from_weights",
+    "wff_bytes",
+]
 
 # Peak bytes of WFF's Fourier weights per entry transformed (complex FFT passes, one per axis,
 # |.|^2 and its copy): rows x cells entries for a term stored as a factor, c x c for a dense one

@@ -36,10 +36,10 @@ import numpy as np
 from ..decompose import SubworkloadGram
 from ..linalg import MatrixStore, centering, psd_truncate, stored_shape
 from ..options import Option, check_options
+from ..queryfactor import express_over_factor, factor_loss, holds_query_factor
 from .base import SolveEstimate, ViewMechanism, ViewSolution, prime_eigh
 from .closed_form import RPSolver, WFFSolver, circulant_from_weights, wff_bytes, wff_weights_1d
 from .sdp import solve_dense, solve_factored
-from ..queryfactor import express_over_factor, factor_loss, holds_query_factor
 
 __all__ = ["QSSolver", "DEFAULT_TARGET_GAP", "DEFAULT_MEMORY_FRACTION", "solve_memory_mb"]
 
@@ -84,14 +84,38 @@ class QSSolver:
     max_options = {"target_gap": 1e-8}
 
     option_specs = (
-        Option("target_gap", "number", "relative duality gap each several-term view's solve certifies (default 1e-4)",
-               low=0, high=1, open_low=True, open_high=True),
-        Option("max_dense_cells", "int", "largest several-term view given the certified solve; larger ones fall back "
-               "to the closed forms (default: no limit)", low=1, none=True),
-        Option("memory_budget_mb", "number", "memory one view's certified solve may use before it falls back "
-               "(default a quarter of the machine's memory)", low=0, open_low=True, none=True),
-        Option("lowrank", "choice", "the factored solve and lowrank mechanisms: when rank <= cells / 2 (auto), "
-               "always or never", choices=("auto", "always", "never")),
+        Option(
+            "target_gap",
+            "number",
+            "relative duality gap each several-term view's solve certifies (default 1e-4)",
+            low=0,
+            high=1,
+            open_low=True,
+            open_high=True,
+        ),
+        Option(
+            "max_dense_cells",
+            "int",
+            "largest several-term view given the certified solve; larger ones fall back "
+            "to the closed forms (default: no limit)",
+            low=1,
+            none=True,
+        ),
+        Option(
+            "memory_budget_mb",
+            "number",
+            "memory one view's certified solve may use before it falls back "
+            "(default a quarter of the machine's memory)",
+            low=0,
+            open_low=True,
+            none=True,
+        ),
+        Option(
+            "lowrank",
+            "choice",
+            "the factored solve and lowrank mechanisms: when rank <= cells / 2 (auto), always or never",
+            choices=("auto", "always", "never"),
+        ),
     )
 
     def __init__(
@@ -102,8 +126,12 @@ class QSSolver:
         lowrank: str = "auto",
     ):
         """The options are :attr:`option_specs`' (``lowrank`` other than auto: tests, benchmarks)."""
-        given = {"target_gap": target_gap, "max_dense_cells": max_dense_cells, "memory_budget_mb": memory_budget_mb,
-                 "lowrank": lowrank}
+        given = {
+            "target_gap": target_gap,
+            "max_dense_cells": max_dense_cells,
+            "memory_budget_mb": memory_budget_mb,
+            "lowrank": lowrank,
+        }
         opts = check_options(self.name, self.option_specs, given)
         self.target_gap = opts["target_gap"]
         self.max_dense_cells = opts["max_dense_cells"]
@@ -167,9 +195,16 @@ class QSSolver:
         if path == "factored":
             r = min(rows, c)
             peak = (FACTORED_ARRAYS + FACTORED_EXTRA_ARRAYS) * 8.0 * r * c
-            return SolveEstimate(0.1 + wff_seconds + FACTORED_SECONDS_PER_R2C * r * r * c, max(peak, wff_peak), 8.0 * r * (c + rows), path)
+            return SolveEstimate(
+                0.1 + wff_seconds + FACTORED_SECONDS_PER_R2C * r * r * c,
+                max(peak, wff_peak),
+                8.0 * r * (c + rows),
+                path,
+            )
         kept = (16.0 if c >= PRIME_EIGH_CELLS else 8.0) * c * c  # X, and its eigenvectors from PRIME_EIGH_CELLS on
-        return SolveEstimate(0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), kept, path)
+        return SolveEstimate(
+            0.3 + wff_seconds + DENSE_SECONDS_PER_C3 * float(c) ** 3, max(_dense_solve_bytes(c), wff_peak), kept, path
+        )
 
     def solve(self, gram: SubworkloadGram, store: MatrixStore) -> ViewSolution:
         if not gram.sizes:  # the total: measure it directly (X = [1]) — optimal, L = G
@@ -189,10 +224,20 @@ class QSSolver:
         too_big = self.max_dense_cells is not None and gram.cells > self.max_dense_cells
         if too_big or need_mb > self.memory_budget_mb:
             best = min(closed, key=lambda s: s.loss)
-            limit = f"max_dense_cells={self.max_dense_cells}" if too_big else f"the memory budget ({need_mb:.0f} MB needed, {self.memory_budget_mb:.0f} MB allowed)"
+            limit = (
+                f"max_dense_cells={self.max_dense_cells}"
+                if too_big
+                else f"the memory budget ({need_mb:.0f} MB needed, {self.memory_budget_mb:.0f} MB allowed)"
+            )
             note = f"view {gram.attrs} has {gram.cells} cells and {len(gram.terms)} Gram terms, above {limit}: fell back to {best.solver} (not certified)"
             warnings.warn(note, RuntimeWarning, stacklevel=2)
-            logger.info("view %s: %d cells, fell back to %s (not certified), %.2f s", gram.attrs, gram.cells, best.solver, time.perf_counter() - t0)
+            logger.info(
+                "view %s: %d cells, fell back to %s (not certified), %.2f s",
+                gram.attrs,
+                gram.cells,
+                best.solver,
+                time.perf_counter() - t0,
+            )
             return ViewSolution(best.mechanism, best.loss, 0.0, f"qs/{best.solver}", note)
         query_factor = None
         if factored:
@@ -212,10 +257,20 @@ class QSSolver:
         low = min(r.lower_bound, best.loss)
         note = "" if r.converged else f"{mech.kind} solve stopped at gap {r.gap:.2e} (target {self.target_gap:.0e})"
         logger.info(
-            "view %s: %d cells, %s solve, gap %.2e, %.2f s", gram.attrs, gram.cells, mech.kind, _gap(best.loss, low), time.perf_counter() - t0
+            "view %s: %d cells, %s solve, gap %.2e, %.2f s",
+            gram.attrs,
+            gram.cells,
+            mech.kind,
+            _gap(best.loss, low),
+            time.perf_counter() - t0,
         )
         return ViewSolution(
-            best.mechanism, best.loss, low, best.solver if best.solver == self.name else f"qs/{best.solver}", note, _gap(best.loss, low),
+            best.mechanism,
+            best.loss,
+            low,
+            best.solver if best.solver == self.name else f"qs/{best.solver}",
+            note,
+            _gap(best.loss, low),
             query_factor if best.mechanism is mech else None,
         )
 
@@ -245,4 +300,3 @@ def _factor_rows(gram: SubworkloadGram, store: MatrixStore) -> int:
 
 def _gap(loss: float, low: float) -> float:
     return (loss - low) / loss if loss > 0 else 0.0
-

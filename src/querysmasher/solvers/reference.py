@@ -34,7 +34,9 @@ def solve_reference(G: np.ndarray, *, solver: str = "CLARABEL", max_cells: int =
     prep = prepare(G)
     c = prep.c
     if c > max_cells:
-        raise ValueError(f"the cvxpy oracle is for views of at most {max_cells} cells (got {c}); raise max_cells to force it")
+        raise ValueError(
+            f"the cvxpy oracle is for views of at most {max_cells} cells (got {c}); raise max_cells to force it"
+        )
     r = prep.W_all.shape[0]
     if r == 0:  # G == 0
         return np.eye(c), 0.0

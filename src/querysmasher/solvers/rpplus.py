@@ -98,10 +98,21 @@ class RPPlusSolver:
 
     name = "rpplus"
     option_specs = (
-        Option("basis", "choice", "the 1-D workload each attribute's basis is optimised for (default prefix)",
-               choices=BASIS_CHOICES),
-        Option("target_gap", "number", "relative duality gap of the 1-D basis solves (default 1e-4)", low=0, high=1,
-               open_low=True, open_high=True),
+        Option(
+            "basis",
+            "choice",
+            "the 1-D workload each attribute's basis is optimised for (default prefix)",
+            choices=BASIS_CHOICES,
+        ),
+        Option(
+            "target_gap",
+            "number",
+            "relative duality gap of the 1-D basis solves (default 1e-4)",
+            low=0,
+            high=1,
+            open_low=True,
+            open_high=True,
+        ),
     )
 
     def __init__(self, basis: Literal["prefix", "workload"] = "prefix", target_gap: float = DEFAULT_TARGET_GAP):
@@ -158,7 +169,8 @@ class RPPlusSolver:
             other = first.setdefault(key, attrs)
             if any(not np.array_equal(self.factors[a], self.factors[b]) for a, b in zip(attrs, other)):
                 raise InputError(
-                    "method", "rpplus",
+                    "method",
+                    "rpplus",
                     f"views {other} and {attrs} have equal residual Grams but different RP+ bases; "
                     "this workload needs per-view solves, which the plan's deduplication does not allow",
                 )

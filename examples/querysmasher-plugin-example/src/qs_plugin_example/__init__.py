@@ -21,6 +21,7 @@ compensates. It is the smallest complete plugin, not a good mechanism.
 from __future__ import annotations
 
 import numpy as np
+
 from querysmasher.solvers import ViewMechanism, ViewSolution, mechanism_loss
 
 __all__ = ["ScaledIdentitySolver", "FullIdentityPlanner"]
@@ -76,6 +77,8 @@ class FullIdentityPlanner:
         from querysmasher.planners.wholedomain import full_domain_plan
 
         if schema.domain_cells() > self.max_cells:
-            raise ValueError(f"fullident: the full domain has {schema.domain_cells()} cells, more than max_cells={self.max_cells}")
+            raise ValueError(
+                f"fullident: the full domain has {schema.domain_cells()} cells, more than max_cells={self.max_cells}"
+            )
         identity = ViewMechanism("kron", schema.sizes, tuple(np.eye(n) for n in schema.sizes))
         return full_domain_plan(schema, workload, self.name, budget, identity)

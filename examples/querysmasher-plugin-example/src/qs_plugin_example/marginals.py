@@ -30,15 +30,16 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+
 from querysmasher import h5read as r
 from querysmasher.accounting import Budget
 from querysmasher.allocation import allocate, rmse
 from querysmasher.decompose import view_query_matrix
-from querysmasher.families import query_matrix_1d
 from querysmasher.errors import InputError
+from querysmasher.families import query_matrix_1d
 from querysmasher.io import atomic_h5, new_group, open_h5, put
-from querysmasher.planheader import put_plan_header, put_views, read_plan_header, read_views
 from querysmasher.measurement import LinearMeasurement
+from querysmasher.planheader import put_plan_header, put_views, read_plan_header, read_views
 from querysmasher.plankinds import PlanKind
 from querysmasher.schema import Schema
 from querysmasher.workload import Workload
@@ -79,7 +80,12 @@ class MarginalsPlan:
     @property
     def total_variance(self) -> float:
         index = {a: k for k, a in enumerate(self.views)}
-        return float(sum(v.weight * self.sigma2[index[v.attrs]] * np.sum(view_queries(self.workload, v) ** 2) for v in self.workload.views))
+        return float(
+            sum(
+                v.weight * self.sigma2[index[v.attrs]] * np.sum(view_queries(self.workload, v) ** 2)
+                for v in self.workload.views
+            )
+        )
 
     @property
     def rmse(self) -> float:
@@ -89,9 +95,19 @@ class MarginalsPlan:
         return float(np.sum(1.0 / self.sigma2))
 
     def summary(self) -> dict:
-        return {"schema": self.schema.name, "workload": self.workload.spec, "method": self.method, "rmse": self.rmse,
-                "total_variance": self.total_variance, "queries": self.queries, "views": len(self.workload.views),
-                "seconds": 0.0, "phase_seconds": {}, "notes": [], **self.budget.to_dict()}
+        return {
+            "schema": self.schema.name,
+            "workload": self.workload.spec,
+            "method": self.method,
+            "rmse": self.rmse,
+            "total_variance": self.total_variance,
+            "queries": self.queries,
+            "views": len(self.workload.views),
+            "seconds": 0.0,
+            "phase_seconds": {},
+            "notes": [],
+            **self.budget.to_dict(),
+        }
 
 
 class NoisyMarginalsPlanner:
@@ -112,15 +128,19 @@ class NoisyMarginalsPlanner:
         losses = np.zeros(len(views))
         for v in workload.views:
             losses[index[v.attrs]] += v.weight * float(np.sum(view_queries(workload, v) ** 2))
-        return MarginalsPlan(schema, workload, self.name, budget, views, np.asarray(allocate(losses, budget.beta).sigma2, dtype=float))
+        return MarginalsPlan(
+            schema, workload, self.name, budget, views, np.asarray(allocate(losses, budget.beta).sigma2, dtype=float)
+        )
 
 
 def measurements(plan: MarginalsPlan) -> list[LinearMeasurement]:
     """What measure applies: each view's marginal itself (the identity: one record changes one cell
     by 1, so it costs 1 at unit noise under add-remove) with Gaussian noise of variance sigma2."""
     sizes = plan.schema.sizes
-    return [LinearMeasurement(a, math.prod(sizes[i] for i in a), _identity, "gaussian", float(s2), 1.0, k)
-            for k, (a, s2) in enumerate(zip(plan.views, plan.sigma2))]
+    return [
+        LinearMeasurement(a, math.prod(sizes[i] for i in a), _identity, "gaussian", float(s2), 1.0, k)
+        for k, (a, s2) in enumerate(zip(plan.views, plan.sigma2))
+    ]
 
 
 def _identity(x: np.ndarray) -> np.ndarray:
@@ -184,5 +204,14 @@ def load(path) -> MarginalsPlan:
 
 
 _M = __name__
-KIND = PlanKind(FILE_KIND, f"{_M}:MarginalsPlan", True, save=f"{_M}:save", load=f"{_M}:load", measurements=f"{_M}:measurements",
-                check=f"{_M}:check", estimates=f"{_M}:Estimates", variances=f"{_M}:Variances")
+KIND = PlanKind(
+    FILE_KIND,
+    f"{_M}:MarginalsPlan",
+    True,
+    save=f"{_M}:save",
+    load=f"{_M}:load",
+    measurements=f"{_M}:measurements",
+    check=f"{_M}:check",
+    estimates=f"{_M}:Estimates",
+    variances=f"{_M}:Variances",
+)

@@ -131,4 +131,12 @@ from .core import DenseSolveResult, solve_dense
 from .factored import FactoredSolveResult, dual_bound_factored, solve_factored
 from .problem import dual_bound, loss_of
 
-__all__ = ["DenseSolveResult", "solve_dense", "dual_bound", "loss_of", "FactoredSolveResult", "solve_factored", "dual_bound_factored"]
+__all__ = [
+    "DenseSolveResult",
+    "solve_dense",
+    "dual_bound",
+    "loss_of",
+    "FactoredSolveResult",
+    "solve_factored",
+    "dual_bound_factored",
+]

@@ -75,7 +75,9 @@ def _barrier_point(W: np.ndarray, lam: np.ndarray, mu: float) -> _BarrierPoint:
     y = mu / 2 + rho
     z = u.T @ W
     d = mu / lam + ((z**2) / y[:, None]).sum(axis=0)
-    psi = float(np.sum(k / y + y - mu * np.log(y)) + (c - r) * (mu - mu * np.log(mu)) + mu * np.log(lam).sum() - lam.sum())
+    psi = float(
+        np.sum(k / y + y - mu * np.log(y)) + (c - r) * (mu - mu * np.log(mu)) + mu * np.log(lam).sum() - lam.sum()
+    )
     return _BarrierPoint(lam, mu, k, z, y, rho, d, psi)
 
 
@@ -163,7 +165,15 @@ def _cholesky(h: np.ndarray) -> tuple[tuple[np.ndarray, bool], int]:
 
 
 def barrier_phase(
-    W: np.ndarray, start: DualPoint, best: Tracker, counts: dict[str, int], done: Callable[[], bool], *, matrix_free: bool, lowrank: bool, t0: float
+    W: np.ndarray,
+    start: DualPoint,
+    best: Tracker,
+    counts: dict[str, int],
+    done: Callable[[], bool],
+    *,
+    matrix_free: bool,
+    lowrank: bool,
+    t0: float,
 ) -> None:
     """Phase 2: Newton path following on the barrier dual psi_mu, from phase 1's last p (sum 1).
 
@@ -193,6 +203,7 @@ def barrier_phase(
 
             def solve(rhs: np.ndarray) -> np.ndarray:
                 return sla.cho_solve(cf, rhs, check_finite=False)
+
         counts["iterations"] += 1
         best.offer_lower(b.lower, b.lam)
         if lowrank:
@@ -209,7 +220,11 @@ def barrier_phase(
             prev, pt = pt, ascent_step(W, pt, best, counts, prev)
         logger.debug(
             "phase 2: iteration %d, mu %.2e, gap %.3e, %.2f s (%d Hessian products so far)",
-            counts["iterations"], b.mu, best.gap(), time.perf_counter() - t0, counts.get("hessian_products", 0),
+            counts["iterations"],
+            b.mu,
+            best.gap(),
+            time.perf_counter() - t0,
+            counts.get("hessian_products", 0),
         )
         if done():
             return

@@ -17,7 +17,15 @@ import numpy as np
 from ...linalg import eigh_sym
 from ...threads import BLAS_THREADED_CELLS, at_most
 from .barrier import CG_PRODUCTS_EXPECTED, POLISH_STEPS, barrier_phase
-from .dual import PHASE1_MAX_BEFORE_SWITCH, PHASE1_MAX_MATRIX_FREE, DualPoint, Tracker, ascent_step, dual_point, phase1_should_stop
+from .dual import (
+    PHASE1_MAX_BEFORE_SWITCH,
+    PHASE1_MAX_MATRIX_FREE,
+    DualPoint,
+    Tracker,
+    ascent_step,
+    dual_point,
+    phase1_should_stop,
+)
 from .problem import Prepared, dual_s, loss_and_eig, prepare, root_spectrum, weighted_gram
 
 __all__ = ["DenseSolveResult", "solve_dense", "solve_core", "certificate", "middle"]
@@ -76,7 +84,9 @@ def _build_x(W: np.ndarray, kind: str, vec: np.ndarray, mu: float, point: DualPo
     return x / float(np.diag(x).max())
 
 
-def solve_core(prep: Prepared, target_gap: float, max_iterations: int, time_limit: float | None, t0: float, lowrank: bool) -> tuple[Tracker, dict[str, int]]:
+def solve_core(
+    prep: Prepared, target_gap: float, max_iterations: int, time_limit: float | None, t0: float, lowrank: bool
+) -> tuple[Tracker, dict[str, int]]:
     """Phases 1 and 2 on the prepared factor; returns the best certified candidates found."""
     W = prep.W
     r, n = W.shape  # n = cells left after dropping zero-diagonal ones
@@ -110,14 +120,25 @@ def solve_core(prep: Prepared, target_gap: float, max_iterations: int, time_limi
     history = [best.gap()]
     prev = None
     while not done():
-        if use_newton and phase1_should_stop(history, target_gap, newton_budget, PHASE1_MAX_MATRIX_FREE if matrix_free else PHASE1_MAX_BEFORE_SWITCH):
+        if use_newton and phase1_should_stop(
+            history, target_gap, newton_budget, PHASE1_MAX_MATRIX_FREE if matrix_free else PHASE1_MAX_BEFORE_SWITCH
+        ):
             break
         prev, pt = pt, ascent_step(W, pt, best, counts, prev)
         counts["iterations"] += 1
         history.append(best.gap())
         if counts["iterations"] % 10 == 0:
-            logger.debug("phase 1: iteration %d, gap %.3e, %.2f s", counts["iterations"], best.gap(), time.perf_counter() - t0)
-    logger.debug("phase 1 done: %d iterations, gap %.3e, %.2f s (cells %d, rank %d)", counts["iterations"], best.gap(), time.perf_counter() - t0, n, r)
+            logger.debug(
+                "phase 1: iteration %d, gap %.3e, %.2f s", counts["iterations"], best.gap(), time.perf_counter() - t0
+            )
+    logger.debug(
+        "phase 1 done: %d iterations, gap %.3e, %.2f s (cells %d, rank %d)",
+        counts["iterations"],
+        best.gap(),
+        time.perf_counter() - t0,
+        n,
+        r,
+    )
     if use_newton and not done():
         barrier_phase(W, pt, best, counts, done, matrix_free=matrix_free, lowrank=lowrank, t0=t0)
     return best, counts
@@ -174,5 +195,14 @@ def _solve_dense(G: np.ndarray, target_gap: float, max_iterations: int, time_lim
     loss *= prep.scale
     p, lower, gap = certificate(prep, best, loss, counts)
     return DenseSolveResult(
-        X, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, eig
+        X,
+        loss,
+        lower,
+        gap,
+        counts["iterations"],
+        counts["factorizations"],
+        time.perf_counter() - t0,
+        bool(gap <= target_gap),
+        p,
+        eig,
     )

@@ -79,7 +79,9 @@ class Tracker:
         if value > self.lower:
             self.lower, self.p = value, p
 
-    def offer_upper(self, value: float, kind: str, vec: np.ndarray, mu: float = 0.0, point: DualPoint | None = None) -> None:
+    def offer_upper(
+        self, value: float, kind: str, vec: np.ndarray, mu: float = 0.0, point: DualPoint | None = None
+    ) -> None:
         if value < self.upper:
             self.upper, self.primal, self.primal_point = value, (kind, vec, mu), point
 
@@ -111,7 +113,9 @@ def step_length(pt: DualPoint, prev: DualPoint | None) -> float:
     return float(np.clip(float(dx @ dx) / curvature, 1.0, _OVER_RELAXATION))
 
 
-def ascent_step(W: np.ndarray, pt: DualPoint, best: Tracker, counts: dict[str, int], prev: DualPoint | None = None) -> DualPoint:
+def ascent_step(
+    W: np.ndarray, pt: DualPoint, best: Tracker, counts: dict[str, int], prev: DualPoint | None = None
+) -> DualPoint:
     """p <- p (X(p)_ii / s)^tau with tau from :func:`step_length` (3 without a ``prev`` point),
     halved (down to 1, always taken) while s(p) decreases."""
     with np.errstate(divide="ignore"):  # p_i = 0 stays 0
@@ -131,7 +135,9 @@ def ascent_step(W: np.ndarray, pt: DualPoint, best: Tracker, counts: dict[str, i
     return cand
 
 
-def phase1_should_stop(history: list[float], target_gap: float, newton_budget: float, max_steps: int = PHASE1_MAX_BEFORE_SWITCH) -> bool:
+def phase1_should_stop(
+    history: list[float], target_gap: float, newton_budget: float, max_steps: int = PHASE1_MAX_BEFORE_SWITCH
+) -> bool:
     """Hand over to phase 2 when phase 1's recent linear rate predicts more work than phase 2 costs.
 
     A boundary dual optimum makes phase 1 sublinear, so its rate stalls and it is stopped after at

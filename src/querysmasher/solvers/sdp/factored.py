@@ -43,7 +43,9 @@ def _prepare_factor(F: np.ndarray) -> Prepared:
     return Prepared(c, scale, w_all, kept)
 
 
-def _build_lowrank(W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _build_lowrank(
+    W_all: np.ndarray, kind: str, vec: np.ndarray, mu: float, kept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(V, s) with X = V diag(s) V^T = W_all^T M W_all / max diag, V with orthonormal columns.
 
     W_all has orthogonal rows, so X = Q (N M N) Q^T with Q^T its normalised rows; a QR step makes Q
@@ -112,12 +114,16 @@ def solve_factored(
         return _solve_factored(F, target_gap, max_iterations, time_limit)
 
 
-def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_limit: float | None) -> FactoredSolveResult:
+def _solve_factored(
+    F: np.ndarray, target_gap: float, max_iterations: int, time_limit: float | None
+) -> FactoredSolveResult:
     t0 = time.perf_counter()
     prep = _prepare_factor(F)
     c = prep.c
     if prep.scale == 0:
-        return FactoredSolveResult(np.zeros((c, 0)), np.zeros(0), 0.0, 0.0, 0.0, 0, 1, time.perf_counter() - t0, True, np.full(c, 1.0 / c), 0)
+        return FactoredSolveResult(
+            np.zeros((c, 0)), np.zeros(0), 0.0, 0.0, 0.0, 0, 1, time.perf_counter() - t0, True, np.full(c, 1.0 / c), 0
+        )
     W = prep.W
     best, counts = solve_core(prep, target_gap, max_iterations, time_limit, t0, lowrank=True)
     kind, vec, mu = best.primal
@@ -125,7 +131,17 @@ def _solve_factored(F: np.ndarray, target_gap: float, max_iterations: int, time_
     loss = prep.scale * _loss_lowrank(prep.W_all, V, s)
     p, lower, gap = certificate(prep, best, loss, counts)
     return FactoredSolveResult(
-        V, s, loss, lower, gap, counts["iterations"], counts["factorizations"], time.perf_counter() - t0, bool(gap <= target_gap), p, W.shape[0]
+        V,
+        s,
+        loss,
+        lower,
+        gap,
+        counts["iterations"],
+        counts["factorizations"],
+        time.perf_counter() - t0,
+        bool(gap <= target_gap),
+        p,
+        W.shape[0],
     )
 
 

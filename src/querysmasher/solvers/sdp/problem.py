@@ -58,7 +58,9 @@ def _symmetrised(m: np.ndarray, name: str) -> np.ndarray:
 def _check_psd(e: np.ndarray, name: str) -> None:
     scale = float(np.abs(e).max(initial=0.0))
     if e.size and float(e.min()) < -_PSD_RTOL * scale:
-        raise ValueError(f"{name} is not positive semidefinite (smallest eigenvalue {e.min():.3g}, largest |eigenvalue| {scale:.3g})")
+        raise ValueError(
+            f"{name} is not positive semidefinite (smallest eigenvalue {e.min():.3g}, largest |eigenvalue| {scale:.3g})"
+        )
 
 
 @dataclass(frozen=True)
