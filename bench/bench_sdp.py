@@ -178,7 +178,8 @@ def table(args) -> None:
             print(json.dumps(res[how]), flush=True)
         rows.append(res)
     print(
-        "\n| view | cells | rank | before: s | before: peak MB | before: gap | after: s | after: peak MB | after: gap | load |"
+        "\n| view | cells | rank | before: s | before: peak MB | before: gap "
+        "| after: s | after: peak MB | after: gap | load |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for res in rows:
@@ -187,7 +188,8 @@ def table(args) -> None:
         before = f"{b['seconds']:.1f} | {b['peak_rss_mb']} | {b['gap']:.1e}" if b else "not run | | "
         load = max(r["load_average_before"] for r in res.values())
         print(
-            f"| {a['view']} | {a['cells']} | {a['rank']} | {before} | {a['seconds']:.1f} | {a['peak_rss_mb']} | {a['gap']:.1e} | {load:.1f} |"
+            f"| {a['view']} | {a['cells']} | {a['rank']} | {before} | "
+            f"{a['seconds']:.1f} | {a['peak_rss_mb']} | {a['gap']:.1e} | {load:.1f} |"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,8 @@ def main() -> None:
         disk = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(tmp) for f in fs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"[{args.n}]^40 random:1,2 {args.method} {'eager' if args.eager else 'lazy'}: {secs:.1f} s, peak {peak:.0f} MB, "
+        f"[{args.n}]^40 random:1,2 {args.method} {'eager' if args.eager else 'lazy'}: "
+        f"{secs:.1f} s, peak {peak:.0f} MB, "
         f"{disk / 2**20:.0f} MB written, {out}"
     )
 

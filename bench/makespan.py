@@ -230,13 +230,17 @@ def main(argv=None) -> int:
         "--startup",
         type=float,
         default=0.0,
-        help="seconds added once: Snakemake building the job graph before the first job and after checkpoints (a run's wall time minus its jobs' span)",
+        help="seconds added once: Snakemake building the job graph before the first job and after checkpoints "
+        "(a run's wall time minus its jobs' span)",
     )
     p.add_argument(
         "--slowdown",
         type=float,
         default=1.0,
-        help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches with each other and with Snakemake's own process; on this 2-vCPU machine the job time of a K = 2 run over a K = 1 run was 1.26 and 0.89 on 2026-12-03 and 0.99 and 1.01 on 2026-12-04: the host, not a constant; BENCHMARKS.md)",
+        help="job durations times this on more than one core (jobs side by side share memory bandwidth and caches "
+        "with each other and with Snakemake's own process; on this 2-vCPU machine the job time of a K = 2 run over "
+        "a K = 1 run was 1.26 and 0.89 on 2026-12-03 and 0.99 and 1.01 on 2026-12-04: the host, not a constant; "
+        "BENCHMARKS.md)",
     )
     p.add_argument("--latency", type=float, default=0.0, help="seconds per cluster submission (queue and start-up)")
     p.add_argument("--grouped", nargs="*", default=[], help="rules whose jobs share a submission per wave")
@@ -251,7 +255,8 @@ def main(argv=None) -> int:
         type=float,
         nargs=2,
         metavar=("START", "END"),
-        help="only the jobs that started between these epoch seconds (one table of a grid run table by table in one folder)",
+        help="only the jobs that started between these epoch seconds "
+        "(one table of a grid run table by table in one folder)",
     )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -266,7 +271,8 @@ def main(argv=None) -> int:
     if args.calibrate:
         total = sum(j.seconds for j in jobs.values())
         print(
-            f"{len(jobs)} jobs, {total:.1f} s of job time; per-job overhead reproducing the jobs' measured span of {measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s"
+            f"{len(jobs)} jobs, {total:.1f} s of job time; per-job overhead reproducing the jobs' measured span of "
+            f"{measured_wall(jobs):.1f} s on {args.calibrate} cores: {calibrate(jobs, args.calibrate):.3f} s"
         )
         return 0
     total = sum(j.seconds for j in jobs.values())
@@ -295,7 +301,7 @@ def main(argv=None) -> int:
         "measured_wall": measured_wall(jobs),
         "critical_path_seconds": cp,
         "critical_path": [
-            f"{j.rule} {j.seconds:.1f} s {Path(j.outputs[0]).relative_to(Path(j.outputs[0]).parents[2]) if len(Path(j.outputs[0]).parents) > 2 else j.outputs[0]}"
+            f"{j.rule} {j.seconds:.1f} s {Path(j.outputs[0]).relative_to(Path(j.outputs[0]).parents[2]) if len(Path(j.outputs[0]).parents) > 2 else j.outputs[0]}"  # noqa: E501
             for j in chain
         ],
         "projections": rows,

@@ -49,7 +49,8 @@ CASES = {
         for d in (10, 20, 30, 40, 50)
     },
     **{f"table3-{s}-{fam}": (s, f"{fam}:2") for s in ("cps", "adult", "loans") for fam in ("affine", "abs")},
-    # the paper's Table 3 workloads themselves (config/paper/table3_workloads.py): as its authors ran them, and as described
+    # the paper's Table 3 workloads themselves (config/paper/table3_workloads.py): as its authors ran them, and as
+    # described
     **{
         f"table3-{s}-{fam}-{ver}": (s, f"config/paper/workloads/table3-{s}-{fam}-{ver}.yaml")
         for s in ("cps", "adult", "loans")

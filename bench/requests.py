@@ -17,8 +17,8 @@ Runtime requests (minutes) must cover the measured seconds.
     python bench/requests.py WORKDIR --recompute config/paper/table4.yaml   # today's estimates instead
 
 ``--recompute CONFIG [CONFIG ...]`` (run from the repo root with ``PYTHONPATH=src``; the CONFIGs
-layered over ``config/config.yaml`` in order, as Snakemake's ``--configfile`` does) replaces the logged request of every per-experiment,
-decompose and whole-grid job by what the current code estimates for it
+layered over ``config/config.yaml`` in order, as Snakemake's ``--configfile`` does) replaces the
+logged request of every per-experiment, decompose and whole-grid job by what the current code estimates for it
 (``querysmasher.pipeline.resources``, ``cache.decompose_mem_mb``, with the run's manifests), so
 estimates changed after a run can be checked against its measured peaks without running it again;
 solve jobs keep their logged request (theirs is stored in the run's manifests).
@@ -278,19 +278,23 @@ def report(jobs: list[Job], *, per_job: bool = False, out=sys.stdout) -> int:
     measured = [j for j in jobs if j.ratio is not None]
     bad = [j for j in measured if j.under or j.over]
     print(
-        f"\n{len(jobs)} jobs, {len(measured)} measured; band peak <= mem_mb <= {BAND_FACTOR:g} x peak + {BAND_SLACK_MB:g} MB: "
-        f"{len(bad)} outside ({sum(j.under for j in measured)} under their peak, {sum(j.over for j in measured)} over the band)",
+        f"\n{len(jobs)} jobs, {len(measured)} measured; "
+        f"band peak <= mem_mb <= {BAND_FACTOR:g} x peak + {BAND_SLACK_MB:g} MB: "
+        f"{len(bad)} outside ({sum(j.under for j in measured)} under their peak, "
+        f"{sum(j.over for j in measured)} over the band)",
         file=out,
     )
     if measured:
         worst = max(measured, key=lambda j: j.ratio)
         least = min(measured, key=lambda j: j.ratio)
         print(
-            f"largest ratio {worst.ratio:.2f} ({worst.rule} {worst.benchmark}: {worst.mem_mb:.0f} MB for {worst.peak_mb:.0f} MB)",
+            f"largest ratio {worst.ratio:.2f} ({worst.rule} {worst.benchmark}: "
+            f"{worst.mem_mb:.0f} MB for {worst.peak_mb:.0f} MB)",
             file=out,
         )
         print(
-            f"smallest ratio {least.ratio:.2f} ({least.rule} {least.benchmark}: {least.mem_mb:.0f} MB for {least.peak_mb:.0f} MB)",
+            f"smallest ratio {least.ratio:.2f} ({least.rule} {least.benchmark}: "
+            f"{least.mem_mb:.0f} MB for {least.peak_mb:.0f} MB)",
             file=out,
         )
     if per_job or bad:
@@ -301,7 +305,8 @@ def report(jobs: list[Job], *, per_job: bool = False, out=sys.stdout) -> int:
             ratio = f"{j.ratio:.2f}" if j.ratio is not None else "-"
             secs = f"{j.seconds:.1f}" if j.seconds is not None else "NA"
             print(
-                f"  {j.rule:12s} peak {peak:>6s} MB  mem_mb {j.mem_mb or 0:>7.0f}  ratio {ratio:>6s}  {secs:>7s} s / {j.runtime or 0:.0f} min  "
+                f"  {j.rule:12s} peak {peak:>6s} MB  mem_mb {j.mem_mb or 0:>7.0f}  ratio {ratio:>6s}  "
+                f"{secs:>7s} s / {j.runtime or 0:.0f} min  "
                 f"x{j.attempts}  {flag:5s} {j.benchmark or j.wildcards}",
                 file=out,
             )
@@ -340,7 +345,8 @@ def main(argv=None) -> int:
     print(f"logs: {', '.join(str(p) for p in logs)}")
     if args.recompute:
         print(
-            f"requests recomputed by today's estimates for {recompute(jobs, args.recompute, workdir)} jobs (solve jobs: as logged)"
+            f"requests recomputed by today's estimates for {recompute(jobs, args.recompute, workdir)} jobs "
+            "(solve jobs: as logged)"
         )
     bad = report(jobs, per_job=args.jobs)
     return 1 if (args.check and bad) else 0

@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-subproblems", type=int, default=3, help="per spec, the largest ones")
     args = ap.parse_args(argv)
     print(
-        f"{'spec':44s} {'method':7s} {'cells':>6s} {'terms':>5s} {'path':9s} {'est MB':>8s} {'peak MB':>8s} {'est/peak':>8s} {'est s':>7s} {'s':>7s} {'est/s':>6s}"
+        f"{'spec':44s} {'method':7s} {'cells':>6s} {'terms':>5s} {'path':9s} {'est MB':>8s} {'peak MB':>8s} "
+        f"{'est/peak':>8s} {'est s':>7s} {'s':>7s} {'est/s':>6s}"
     )
     with threadpool_limits(limits=1, user_api="blas"):  # as a solve job with threads: 1
         for spec in args.specs:
@@ -91,8 +92,10 @@ def main(argv=None) -> int:
                     mb, secs = measure(solver, g, d.store)
                     est_mb = e.peak_bytes / 2**20
                     print(
-                        f"{schema_spec + ' ' + workload_spec:44s} {method:7s} {g.cells:6d} {len(g.terms):5d} {e.path:9s} {est_mb:8.1f} {mb:8.1f} "
-                        f"{(est_mb / mb if mb > 0 else float('inf')):8.2f} {e.seconds:7.2f} {secs:7.2f} {(e.seconds / secs if secs > 0 else float('inf')):6.2f}",
+                        f"{schema_spec + ' ' + workload_spec:44s} {method:7s} {g.cells:6d} {len(g.terms):5d} "
+                        f"{e.path:9s} {est_mb:8.1f} {mb:8.1f} "
+                        f"{(est_mb / mb if mb > 0 else float('inf')):8.2f} {e.seconds:7.2f} {secs:7.2f} "
+                        f"{(e.seconds / secs if secs > 0 else float('inf')):6.2f}",
                         flush=True,
                     )
     return 0

@@ -47,7 +47,8 @@ def main() -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     sol = solver.solve(gram, store)
     print(
-        f"{key}: {gram.cells} cells, {args.threads} thread(s), {time.perf_counter() - t0:.2f} s ({time.process_time() - c0:.2f} s CPU), "
+        f"{key}: {gram.cells} cells, {args.threads} thread(s), "
+        f"{time.perf_counter() - t0:.2f} s ({time.process_time() - c0:.2f} s CPU), "
         f"{sol.solver}, gap {sol.gap:.1e}, loss {sol.loss:.8g}"
     )
 

@@ -1,4 +1,5 @@
-"""Rules solve / solve_batch: subproblem file(s) -> one solve file (querysmasher.pipeline.steps.solve_subproblem_files)."""
+"""Rules solve / solve_batch: subproblem file(s) -> one solve file
+(querysmasher.pipeline.steps.solve_subproblem_files)."""
 
 from querysmasher.threads import cap_process
 

@@ -199,7 +199,8 @@ def test_implicit_workload_gram_is_the_explicit_one(small_schema):
 _LOAD_WITHOUT_OPTIMISER = """
 import json, sys
 import scipy.optimize
-import querysmasher.hdmm.optimize as o, querysmasher.hdmm.optimize_laplace as l1, querysmasher.hdmm.plan as p, querysmasher.solvers.sdp as sdp
+import querysmasher.hdmm.optimize as o, querysmasher.hdmm.optimize_laplace as l1
+import querysmasher.hdmm.plan as p, querysmasher.solvers.sdp as sdp
 def forbidden(*a, **k):
     raise AssertionError("the optimiser ran")
 for mod in (o, l1):
@@ -209,7 +210,9 @@ for mod, name in [(p, "plan_hdmm"), (sdp, "solve_dense"), (l1, "minimize"), (sci
     setattr(mod, name, forbidden)
 from querysmasher.hdmm.files import load_hdmm_plan
 plan = load_hdmm_plan(sys.argv[1])
-print(json.dumps({"total_variance": plan.total_variance, "template": plan.template, "groups": len(plan.groups), "noise": plan.noise}))
+print(json.dumps(
+    {"total_variance": plan.total_variance, "template": plan.template, "groups": len(plan.groups), "noise": plan.noise}
+))
 """
 
 

@@ -172,7 +172,8 @@ def test_max_plan_privacy_and_monte_carlo(method, tmp_path, tiny_schema):
     rng = np.random.default_rng(3)
     records = validate_records(pd.DataFrame(rng.integers(0, 4, (400, 3)), columns=schema.names), schema)
     plan = make_plan(schema, "prefix:1+abs:2", method, Budget.from_rho(0.5), objective="max")
-    # the privacy Gram actually applied (measure's operators on every unit vector), over the full domain, spends at most beta
+    # the privacy Gram actually applied (measure's operators on every unit vector), over the full domain, spends at
+    # most beta
     assert cost(applied_full_privacy_gram(plan), "add-remove") <= plan.budget.beta * (1 + 1e-9)
     save_plan(plan, tmp_path / "p.h5")
     loaded = load_plan(tmp_path / "p.h5")

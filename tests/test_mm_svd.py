@@ -96,7 +96,8 @@ def _explicit_gram(workload):
 def test_marginal_closed_form_equals_explicit_bound(spec, tmp_path):
     p = tmp_path / "cat.yaml"
     p.write_text(
-        "A: {size: 3, kind: categorical}\nB: {size: 4, kind: categorical}\nC: {size: 2, kind: categorical}\nD: {size: 3, kind: categorical}\n"
+        "A: {size: 3, kind: categorical}\nB: {size: 4, kind: categorical}\n"
+        "C: {size: 2, kind: categorical}\nD: {size: 3, kind: categorical}\n"
     )
     w = parse_workload(spec, parse_schema(str(p)))
     closed = marginal_svd_bound(w)

@@ -216,7 +216,8 @@ def test_a_whole_workload_planner_plugin_works_in_every_face(plugin_env, tmp_pat
     assert r.returncode == 0 and json.loads(r.stdout)["queries"] == 15, r.stderr
     # API
     code = (
-        "import querysmasher as qs, pandas as pd; p = qs.make_plan('synthetic:n=3,d=2', 'prefix:1+marginal:2', method='fullident'); "
+        "import querysmasher as qs, pandas as pd; "
+        "p = qs.make_plan('synthetic:n=3,d=2', 'prefix:1+marginal:2', method='fullident'); "
         f"a = p.measure(pd.read_csv({str(tmp_path / 'd.csv')!r}), seed=2).reconstruct(); print(p.rmse, len(a.view(0)))"
     )
     r = run(plugin_env, "-c", code)

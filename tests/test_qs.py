@@ -1,4 +1,5 @@
-"""QuerySmasher proper (method qs): certified optima on the Table 4 workloads, the paper's figures as upper bounds, and beating the paper."""
+"""QuerySmasher proper (method qs): certified optima on the Table 4 workloads, the paper's figures as upper bounds,
+and beating the paper."""
 
 import warnings
 

@@ -51,7 +51,10 @@ def test_a_bad_thread_count_names_the_field(bad):
 def test_a_capped_process_loads_blas_with_exactly_its_threads():
     """What a workflow script does first: numpy, imported after cap_process(1), runs one BLAS
     thread where the same import without it runs one per core."""
-    probe = "from threadpoolctl import threadpool_info; print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))"
+    probe = (
+        "from threadpoolctl import threadpool_info; "
+        "print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in threads.ENV_VARS}
 
     def blas(prefix: str) -> str:

@@ -241,7 +241,8 @@ def beta_for(eps: float, delta: float) -> float:
                 raise InputError(
                     "(epsilon, delta)",
                     (eps, delta),
-                    f"cannot be met: at epsilon {eps:g} even the smallest budget beta {MIN_BETA:g} has delta {delta_for(MIN_BETA, eps):.3g}; ask for a larger epsilon or delta",
+                    f"cannot be met: at epsilon {eps:g} even the smallest budget beta {MIN_BETA:g} has delta "
+                    f"{delta_for(MIN_BETA, eps):.3g}; ask for a larger epsilon or delta",
                 )
             hi, lo = lo, lo / 2
     beta = _bisect(holds, lo, hi)

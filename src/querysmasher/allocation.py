@@ -77,7 +77,8 @@ def allocate(losses, beta: float, costs=None) -> Allocation:
         raise InputError(
             "budget beta",
             beta,
-            f"cannot be allocated: the noise scale of {bad} view(s) is not a finite positive number (the budget is too small or too large for their losses)",
+            f"cannot be allocated: the noise scale of {bad} view(s) is not a finite positive number "
+            "(the budget is too small or too large for their losses)",
         )
     return Allocation(sigma2, float(np.sum(sigma2[measured] * losses[measured])), beta, costs)
 

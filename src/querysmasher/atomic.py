@@ -71,7 +71,7 @@ def check_output(path: str | os.PathLike, field: str = "--out", *, inputs=(), fo
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: --csv '...': exists and is not an empty folder (a folder output is never written into)
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     p = Path(path)
     for given in inputs:
         if given is None:

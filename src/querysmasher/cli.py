@@ -64,7 +64,8 @@ def _add_budget(p: argparse.ArgumentParser) -> None:
         "--neighbours",
         choices=("add-remove", "replace"),
         default="add-remove",
-        help="neighbouring data sets: one record added or removed (default), or one record replaced (the record count is then public)",
+        help="neighbouring data sets: one record added or removed (default), or one record replaced "
+        "(the record count is then public)",
     )
 
 
@@ -113,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--objective",
         choices=("sum", "max"),
         default="sum",
-        help="minimise the total weighted variance (sum, default) or the largest weighted query variance (max; qs, wff, rp)",
+        help="minimise the total weighted variance (sum, default) or the largest weighted query variance "
+        "(max; qs, wff, rp)",
     )
     p.add_argument("--all-numeric", action="store_true", help="treat every attribute as numeric")
     p.add_argument("--out", help="write the plan (HDF5) here")
@@ -129,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-budget-mb",
         type=float,
         default=None,
-        help="qs: memory one view's certified solve may use, else it falls back (default a quarter of the machine's memory)",
+        help="qs: memory one view's certified solve may use, else it falls back "
+        "(default a quarter of the machine's memory)",
     )
     p.add_argument(
         "--option",
@@ -143,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--noise",
         choices=("gaussian", "laplace"),
         default="gaussian",
-        help="hdmm only: gaussian (default; zCDP) or laplace (pure epsilon-DP, HDMM as its paper defines it; give --epsilon only)",
+        help="hdmm only: gaussian (default; zCDP) or laplace "
+        "(pure epsilon-DP, HDMM as its paper defines it; give --epsilon only)",
     )
     _add_budget(p)
 
@@ -168,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--sampler",
         choices=("opendp", "numpy"),
-        help="Gaussian sampler: opendp (default without --seed: floating-point safe, OS entropy) or numpy (fast; the only one with --seed)",
+        help="Gaussian sampler: opendp (default without --seed: floating-point safe, OS entropy) "
+        "or numpy (fast; the only one with --seed)",
     )
     m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
 
@@ -268,7 +273,8 @@ def _plan(args: argparse.Namespace) -> int:
             else ""
         )
         print(
-            f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} ({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)"
+            f"{s['method']} on {s['workload']} over {s['schema']}: RMSE {s['rmse']:.6g} "
+            f"({s['queries']:.0f} queries, {views}, {s['seconds']:.2f} s)"
         )
         if is_certified(s):
             print(
@@ -277,9 +283,11 @@ def _plan(args: argparse.Namespace) -> int:
         if "max_variance" in s:
             q = s["max_variance_query"]
             print(
-                f"max variance {s['max_variance']:.6g} (query {q['index']} of {q['family']} on {','.join(q['view']) or 'the total'})"
+                f"max variance {s['max_variance']:.6g} "
+                f"(query {q['index']} of {q['family']} on {','.join(q['view']) or 'the total'})"
                 + (
-                    f"; certified lower bound {s['max_variance_lower_bound']:.6g} (relative gap {s['max_variance_gap']:.2e})"
+                    f"; certified lower bound {s['max_variance_lower_bound']:.6g} "
+                    f"(relative gap {s['max_variance_gap']:.2e})"
                     if "max_variance_lower_bound" in s
                     else ""
                 )
@@ -290,7 +298,8 @@ def _plan(args: argparse.Namespace) -> int:
             print(f"privacy: pure epsilon-DP, epsilon {s['epsilon']:.6g} (Laplace noise)")
         else:
             print(
-                f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = ({s['epsilon']:.6g}, {s['delta']:g})-DP, {s.get('neighbours', 'add-remove')} neighbours"
+                f"privacy: beta {s['beta']:.6g} = rho-zCDP {s['rho']:.6g} = mu-GDP {s['mu']:.6g} = "
+                f"({s['epsilon']:.6g}, {s['delta']:g})-DP, {s.get('neighbours', 'add-remove')} neighbours"
             )
     return 0
 

@@ -33,7 +33,7 @@ def require_finite(values, field: str, what: str):
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: answers 'view (a)': 1 of 2 values are not finite (too large for floating point): nothing was written
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     import numpy as np  # only where an array is checked: the CLI's import time
 
     arr = np.asarray(values, dtype=float)

@@ -74,7 +74,9 @@ def distinct_file_names(tuples) -> list[str]:
     """:func:`table_file_name` of each tuple of names, with the names that would coincide on a
     case-insensitive file system (``Age`` and ``age``) made distinct by a hash of their tuple.
 
-    >>> distinct_file_names([("Age",), ("age",), ("sex",)])[2], len(set(n.lower() for n in distinct_file_names([("Age",), ("age",)])))
+    >>> distinct_file_names([("Age",), ("age",), ("sex",)])[2], len(
+    ...     set(n.lower() for n in distinct_file_names([("Age",), ("age",)]))
+    ... )
     ('sex', 2)
     """
     tuples = [tuple(map(str, t)) for t in tuples]

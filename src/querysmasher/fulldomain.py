@@ -52,7 +52,8 @@ def check_fits(workload: Workload, max_cells: int, what: str) -> int:
         raise InputError(
             "method",
             what,
-            f"needs the full domain of {workload.schema.name!r} ({n} cells) to fit the dense solver (at most {max_cells} cells)",
+            f"needs the full domain of {workload.schema.name!r} ({n} cells) to fit the dense solver "
+            f"(at most {max_cells} cells)",
         )
     return n
 

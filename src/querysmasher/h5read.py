@@ -484,8 +484,8 @@ def probe(path, what: str, seconds: float | None = None) -> None:
     """Read an HDF5 file's structure (every attribute, every dataset's strings and small arrays)
     in a forked child process before the checked reads: HDF5's C library crashes or loops forever
     on some corrupted metadata, which no check in Python can catch. A child killed by a signal, or
-    still reading after ``seconds`` (default :data:`PROBE_SECONDS`), makes the file an InputError naming it; any error the child
-    meets is left to the checked reads that follow (they name the field). POSIX only: elsewhere,
+    still reading after ``seconds`` (default :data:`PROBE_SECONDS`), makes the file an InputError naming it; any error
+    the child meets is left to the checked reads that follow (they name the field). POSIX only: elsewhere,
     and for a path that is not a file, nothing is probed. For command-line use (it forks)."""
     if not hasattr(os, "fork") or not os.path.isfile(path):
         return

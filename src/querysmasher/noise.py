@@ -134,7 +134,7 @@ def check_noise_scales(values, field: str, *, laplace: bool = False) -> None:
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: plan sigma2 1.79e+308: must be a positive number at most 1e+300: the noise sampler cannot draw or account for it
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     top = MAX_LAPLACE_SCALE if laplace else MAX_NOISE_VARIANCE
     for v in np.asarray(values, dtype=float).ravel():
         if not (0.0 < v <= top):

@@ -1,7 +1,7 @@
 """The paper's published figures (Tables 2-7 of the QuerySmasher paper), read from one data file.
 
-``paper_figures.csv`` (package data, beside this module) holds every cell of the paper's result tables, one row per cell,
-transcribed from the paper (``tests/test_paper_figures.py`` checks it against the paper's Markdown):
+``paper_figures.csv`` (package data, beside this module) holds every cell of the paper's result tables,
+one row per cell, transcribed from the paper (``tests/test_paper_figures.py`` checks it against the paper's Markdown):
 ``table, dataset, n, d, workload, column, printed, value, unit, flag`` where ``printed`` is the
 cell as printed (``<`` for the paper's "${<}$", ``*`` for its "∗"), ``value`` its number (the bound
 for ``<`` cells), ``unit`` ``s`` or ``GB`` for Tables 6-7, and ``flag`` one of ``""``, ``NI`` (not

@@ -73,7 +73,7 @@ def save_plan_summary(plan, path: str | Path, summary: dict | None = None) -> No
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: plan file '...plan.h5': holds a plan's summary without its mechanisms (written by a plan-only experiment with allocate.store_mechanisms: false): it cannot be measured; plan again to measure
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     kind_of(plan)  # a plan record, whichever kind
     with atomic_h5(path, kind=SUMMARY_KIND) as f:
         put_json(f, "summary", plan.summary() if summary is None else summary)

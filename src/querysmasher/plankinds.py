@@ -45,12 +45,17 @@ PLAN_KIND_GROUP = "querysmasher.plan_kinds"
 OPERATIONS: dict[str, str] = {
     "save": "(plan, path) -> None: the plan file, written atomically",
     "load": "(path) -> plan: every field checked, one InputError otherwise",
-    "measurements": "(plan) -> list of querysmasher.measurement.LinearMeasurement: what measure applies, in order, each with its noise and its cost "
+    "measurements": "(plan) -> list of querysmasher.measurement.LinearMeasurement: what measure applies, in order, "
+    "each with its noise and its cost "
     "recomputed from the operator applied; an InputError when a field cannot be measured",
-    "check": "(plan) -> None: what else must hold before any record is read (the answers must be estimable); an InputError otherwise",
-    "estimates": "(plan, Measurements) -> estimates with view_answers(workload view) and, for kinds with per-view tables, table(attrs)",
-    "variances": "(plan) -> variances with view(workload view) -> array or None and cells(attrs) -> (array or None, why not)",
-    "file_form": "(plan) -> plan: the plan as its plan file holds it (optional: a kind whose files round-trip its operators exactly has none)",
+    "check": "(plan) -> None: what else must hold before any record is read (the answers must be estimable); "
+    "an InputError otherwise",
+    "estimates": "(plan, Measurements) -> estimates with view_answers(workload view) and, "
+    "for kinds with per-view tables, table(attrs)",
+    "variances": "(plan) -> variances with view(workload view) -> array or None "
+    "and cells(attrs) -> (array or None, why not)",
+    "file_form": "(plan) -> plan: the plan as its plan file holds it "
+    "(optional: a kind whose files round-trip its operators exactly has none)",
 }
 
 

@@ -17,7 +17,7 @@ the neighbouring relation and the workload, and runs the method's planner:
 Traceback (most recent call last):
     ...
 querysmasher.errors.InputError: method 'hdmm': cannot plan workload 'affine:2': hdmm does not support non-product families (affine, abs, random, custom): affine:2
-"""
+"""  # noqa: E501  (a doctest's expected output is one line)
 
 from __future__ import annotations
 

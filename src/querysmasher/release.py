@@ -21,7 +21,9 @@ workload answer with its standard error, and ``release.json`` (budget in its fou
 sampler, method, workload, predicted RMSE). Nothing else derived from the records is written: no
 record count, no true answer, no empirical error.
 
->>> spec = parse_release_spec({"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["a"]}], "budget": {"rho": 0.5}})
+>>> spec = parse_release_spec(
+...     {"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["a"]}], "budget": {"rho": 0.5}}
+... )
 >>> spec.method, spec.neighbours, spec.budget.beta
 ('qs', 'add-remove', 1.0)
 """

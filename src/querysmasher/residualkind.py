@@ -276,6 +276,7 @@ class ResidualVariances:
         if var is None:
             return (
                 None,
-                f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: cell variances not computed",
+                f"a residual view of more than {MAX_EXPLICIT_CELLS} cells has a non-Kronecker mechanism: "
+                "cell variances not computed",
             )
         return var, ""

@@ -61,7 +61,7 @@ def check_attribute_name(name) -> None:
     Traceback (most recent call last):
         ...
     querysmasher.errors.InputError: attribute name 'a,b': must not hold any of ( ) , + @ [ ] (the workload grammar's characters)
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     if not isinstance(name, str) or not name:
         raise InputError("attribute name", name, "must be a non-empty string")
     if len(name) > MAX_NAME_LENGTH:
@@ -163,7 +163,8 @@ def check_attribute_sizes(schema: Schema, attrs=None, limit: int = MAX_ATTRIBUTE
             raise InputError(
                 f"size of attribute {a.name!r}",
                 a.size,
-                f"is above {limit:,}: planning forms {a.size:,} x {a.size:,} matrices per attribute; coarsen it (fewer bins)",
+                f"is above {limit:,}: planning forms {a.size:,} x {a.size:,} matrices per attribute; "
+                "coarsen it (fewer bins)",
             )
 
 

@@ -46,7 +46,7 @@ def check_table_columns(schema, field: str = "domain") -> None:
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: domain attribute 'estimate': is the name of a column of the table files (estimate, std_error, count, query, answer): rename the attribute
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     for name in schema.names:
         if name in VALUE_COLUMNS:
             raise InputError(

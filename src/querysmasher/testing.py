@@ -206,7 +206,8 @@ def check_privacy(plan) -> None:
     total = float(weights @ np.einsum("ij,jk,ik->i", w, xp, w))
     if not math.isclose(total, plan.total_variance, rel_tol=1e-7):
         raise SolverCheckError(
-            f"{plan.method} on {plan.workload.spec}: predicted total variance {plan.total_variance!r}, explicit {total!r}"
+            f"{plan.method} on {plan.workload.spec}: predicted total variance {plan.total_variance!r}, "
+            f"explicit {total!r}"
         )
 
 
@@ -244,7 +245,8 @@ def check_monte_carlo(plan, *, draws: int = 2000, records: int = 300, seed: int 
         ratio = a.var(axis=1, ddof=1) / var
         if not np.all((ratio > lo) & (ratio < hi)):
             raise SolverCheckError(
-                f"{where}: empirical / predicted variance {ratio.min():.3f}..{ratio.max():.3f} outside [{lo:.3f}, {hi:.3f}]"
+                f"{where}: empirical / predicted variance {ratio.min():.3f}..{ratio.max():.3f} "
+                f"outside [{lo:.3f}, {hi:.3f}]"
             )
         sq.append(((a - truth[:, None]) ** 2).mean(axis=1))
         pred.append(var)
@@ -278,4 +280,7 @@ def check_solver(
         if draws and k == 0:
             check_monte_carlo(plan, draws=draws)
     mc = f", Monte Carlo ({draws} draws)" if draws else ""
-    return f"{name}: {len(workloads)} workloads, {subproblems} subproblems, cost, loss, range, lower bound{mc} and full-domain privacy checked"
+    return (
+        f"{name}: {len(workloads)} workloads, {subproblems} subproblems, cost, loss, range, lower bound{mc} "
+        "and full-domain privacy checked"
+    )

@@ -7,7 +7,8 @@ workload views it answers, its distinct per-attribute factors (Gram factors for 
 explicit rows for Laplace noise), block index and block weights. Loading never re-runs the (randomised) optimisers: it
 rebuilds each strategy, checks that it is a valid strategy at privacy cost 1 (Gaussian: PSD factors
 with max diagonal 1, unit diagonals and orthogonal blocks in a union; Laplace: non-negative factors
-whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every group's expected error from the stored strategy and refuses the file
+whose columns all have L1 norm 1 and block weights summing to 1, i.e. L1 sensitivity 1), recomputes every
+group's expected error from the stored strategy and refuses the file
 unless they equal the recorded ones (relative ``VERIFY_RTOL``: the recomputation runs eigen-
 decompositions, whose rounding differs across BLAS builds far below that; a strategy accepted
 within that tolerance above cost 1 is released with noise calibrated to its recomputed cost,
@@ -217,7 +218,8 @@ def load_hdmm_plan(path: str | Path) -> HDMMPlan:
             held = "does not store the strategy" if version == 1 else "does not record the template search"
             raise _refuse(
                 path,
-                f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: re-run 'querysmasher plan'",
+                f"has HDMM plan format {version}, which {held}; this querysmasher reads {HDMM_PLAN_FORMAT}: "
+                "re-run 'querysmasher plan'",
             )
         noise = r.text(f, "noise", choices=("gaussian", "laplace"))
         head = read_plan_header(f, methods=("hdmm",), pure=noise == "laplace", neighbours=("add-remove",))
@@ -254,7 +256,8 @@ def _check_winner(path, plan: HDMMPlan) -> None:
     if not np.isclose(won.total_variance, plan.total_variance, rtol=VERIFY_RTOL, atol=0):
         raise _refuse(
             path,
-            f"template {plan.template!r} is recorded with total variance {won.total_variance!r}, its strategy has {plan.total_variance!r}",
+            f"template {plan.template!r} is recorded with total variance {won.total_variance!r}, "
+            f"its strategy has {plan.total_variance!r}",
         )
     # either side of a tie to rounding is accepted (best_template breaks it by template order)
     lower = [k for k, c in plan.candidates.items() if c.total_variance < won.total_variance * (1 - TEMPLATE_TIE_RTOL)]

@@ -13,9 +13,9 @@ A strategy is a union of Kronecker blocks with mutually orthogonal ranges,
     X = A^T A = Σ_b κ_b ⊗_i M_{i, H[b, i]},   max diag M = 1,
 
 with unit-diagonal factors when there are several blocks, so that diag(X) = Σ_b κ_b everywhere: the
-privacy cost (max diag X) is exactly Σ_b κ_b (for one block, κ ∏ max diag M_i = κ). Orthogonal ranges give X^+ = Σ_b κ_b^-1 ⊗_i M^+,
-so the expected squared error of view j, w_j tr(G_j X^+), is Σ_b κ_b^-1 w_j ∏_i tr(G_{i,F[j,i]} M_{i,H[b,i]}^+):
-products of per-attribute traces, computed from small tables.
+privacy cost (max diag X) is exactly Σ_b κ_b (for one block, κ ∏ max diag M_i = κ). Orthogonal ranges give
+X^+ = Σ_b κ_b^-1 ⊗_i M^+, so the expected squared error of view j, w_j tr(G_j X^+), is
+Σ_b κ_b^-1 w_j ∏_i tr(G_{i,F[j,i]} M_{i,H[b,i]}^+): products of per-attribute traces, computed from small tables.
 
 >>> from querysmasher.schema import parse_schema
 >>> from querysmasher.workload import parse_workload
@@ -184,7 +184,8 @@ class KronStrategy:
                     several and not np.allclose(diag, 1.0, rtol=0, atol=_UNIT_DIAG_ATOL)
                 ):
                     raise ValueError(
-                        "strategy factors need max diagonal 1, and a unit diagonal in a union of blocks (exact privacy cost)"
+                        "strategy factors need max diagonal 1, and a unit diagonal in a union of blocks "
+                        "(exact privacy cost)"
                     )
         if several and not self._blocks_orthogonal():
             raise ValueError("the blocks of a strategy must have mutually orthogonal ranges")

@@ -64,7 +64,8 @@ def p_identity(theta: np.ndarray) -> np.ndarray:
 
 
 def _objective(flat: np.ndarray, g: np.ndarray, p: int) -> tuple[float, np.ndarray]:
-    """tr(G (A^T A)^-1) and its gradient in Θ: with s = 1 + 1^T Θ, M = I + Θ^T Θ, it is tr(Ĝ M^-1), Ĝ = diag(s) G diag(s)."""
+    """tr(G (A^T A)^-1) and its gradient in Θ: with s = 1 + 1^T Θ, M = I + Θ^T Θ, it is tr(Ĝ M^-1),
+    Ĝ = diag(s) G diag(s)."""
     n = g.shape[0]
     theta = flat.reshape(p, n)
     s = 1.0 + theta.sum(axis=0)

@@ -39,8 +39,8 @@ sensitivity 1 with error E_g, ε_g ∝ E_g^(1/3) and the total variance is 2 (Σ
 The noise is calibrated to each group's cost recomputed from the operator measure applies
 (:func:`noise_cost`: never below the stated cost 1, or sensitivity), and measure re-checks the
 plan's total cost against its budget with no tolerance (:func:`querysmasher.measure.check_budget`
-on :func:`.release.hdmm_measurements`), as for every plan kind: a strategy loaded from a file within the verification tolerance of cost 1 is never
-released above the budget.
+on :func:`.release.hdmm_measurements`), as for every plan kind: a strategy loaded from a file within the
+verification tolerance of cost 1 is never released above the budget.
 
 Measure and reconstruct work on the full data vector, HDMM's real limit: above ``max_domain_cells``
 they raise an InputError, while the expected error is still computed implicitly.
@@ -316,7 +316,9 @@ def best_template(candidates: dict[str, Candidate]) -> str:
     go to the first in TEMPLATES order (the marginal and explicit strategies of marginal:1,2 on
     [4]^3 differ in the 16th digit, which way depending on the per-view solver's arithmetic).
 
-    >>> best_template({"explicit": Candidate(1.0, 0.0), "marginal": Candidate(1.0 + 1e-15, 0.0), "kron": Candidate(2.0, 0.0)})
+    >>> best_template(
+    ...     {"explicit": Candidate(1.0, 0.0), "marginal": Candidate(1.0 + 1e-15, 0.0), "kron": Candidate(2.0, 0.0)}
+    ... )
     'marginal'
     """
     low = min(c.total_variance for c in candidates.values())
@@ -435,13 +437,15 @@ def full_domain_mb(workload) -> float:
 
 
 def check_domain(plan: HDMMPlan, max_domain_cells: int) -> int:
-    """The domain's cell count, or the one-line InputError when the full data vector would exceed ``max_domain_cells``."""
+    """The domain's cell count, or the one-line InputError when the full data vector would exceed
+    ``max_domain_cells``."""
     cells = plan.schema.domain_cells()
     if cells > max_domain_cells:
         raise InputError(
             "domain",
             f"{_cells_text(cells)} cells",
-            f"HDMM measures and reconstructs the full data vector, which exceeds max_domain_cells={max_domain_cells:g}; "
+            "HDMM measures and reconstructs the full data vector, "
+            f"which exceeds max_domain_cells={max_domain_cells:g}; "
             "its expected error is still available (plan.rmse)",
         )
     return cells

@@ -1,12 +1,13 @@
-"""Marginal-space mechanisms beyond the residual family (method ``qsplus``): one Gaussian mechanism per workload view on its whole marginal.
+"""Marginal-space mechanisms beyond the residual family (method ``qsplus``): one Gaussian mechanism per workload
+view on its whole marginal.
 
-Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective,
-gradient), :mod:`.optimize` (the optimiser), :mod:`.certificate` (its dual bound), :mod:`.symmetric` (the exact reduced SDP of
-uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.symmetric_polish` (the primal polish
-of its restricted points), :mod:`.restricted` (every view's top kept to its workload's span on untied problems), :mod:`.active_newton`
-(its last mile: Newton steps with the active cells held equal), :mod:`.planner` (:func:`plan` and
-the :class:`MarginalPlan` record), :mod:`.operators` (what measure applies and its privacy
-cost), :mod:`.gls` (noisy measurements, GLS answers, exact variances).
+Modules: :mod:`.basis` (residual basis and coordinates), :mod:`.problem` (structure, objective, gradient),
+:mod:`.optimize` (the optimiser), :mod:`.certificate` (its dual bound), :mod:`.symmetric` (the exact reduced SDP of
+uniform all-pairs workloads, by the attribute permutations' isotypic blocks), :mod:`.symmetric_polish` (the primal
+polish of its restricted points), :mod:`.restricted` (every view's top kept to its workload's span on untied problems),
+:mod:`.active_newton` (its last mile: Newton steps with the active cells held equal), :mod:`.planner` (:func:`plan` and
+the :class:`MarginalPlan` record), :mod:`.operators` (what measure applies and its privacy cost), :mod:`.gls` (noisy
+measurements, GLS answers, exact variances).
 
 Integration entry points::
 

@@ -353,7 +353,8 @@ def newton_steps(
         working = [a & ~d for a, d in zip(active, drops)]  # (the last round's: it did not change the set)
         taken += 1
         log.info(
-            "qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, step length %.3g, objective %.12g -> %s, %.1f s",
+            "qsplus newton: step %d, barrier %.0e, %d active cells of %d, %d CG iterations, model %.3e, "
+            "step length %.3g, objective %.12g -> %s, %.1f s",
             taken,
             barrier,
             sum(int(a.sum()) for a in active),

@@ -6,17 +6,17 @@ variables (the marginal views, their unit-diagonal factors, ``factor_of`` and sh
 residual-only subsets and their noise variances), what the plan keeps of its ``qs`` reference plan
 at beta = 1 (each residual-only subset's mechanism, loss and privacy cost: the group
 ``residual_mechanisms`` in the format of :func:`querysmasher.planfile.write_solution`,
-``residual_losses``, ``residual_costs``) and the planned/certified totals. Loading runs no planner, solver or optimiser (planning ``qs`` again took minutes
-at [10]^40): it re-parses the schema and workload, rebuilds the problem from them, the stored
-options and the stored residual-only subsets (:func:`.problem.build_problem` with the ``qs`` plan
-restricted to those subsets, all a plan uses of it), checks that its views are the stored ones and
-that the residual-only subsets are every subset the workload touches beside the marginal views
-(its decomposition, :func:`querysmasher.decompose.decompose`), and rebuilds the
-:class:`.planner.MarginalPlan` from the stored variables. Every field is read through
-:mod:`querysmasher.h5read` with its type, shape and range checked (one InputError naming the field
-otherwise). The privacy cost is not trusted from the file: measure re-computes it from the applied
-operators (:func:`querysmasher.measure.check_budget` on :func:`.release.marginal_measurements`).
-Files of earlier formats are refused in one line.
+``residual_losses``, ``residual_costs``) and the planned/certified totals. Loading runs no planner,
+solver or optimiser (planning ``qs`` again took minutes at [10]^40): it re-parses the schema and
+workload, rebuilds the problem from them, the stored options and the stored residual-only subsets
+(:func:`.problem.build_problem` with the ``qs`` plan restricted to those subsets, all a plan uses of
+it), checks that its views are the stored ones and that the residual-only subsets are every subset
+the workload touches beside the marginal views (its decomposition,
+:func:`querysmasher.decompose.decompose`), and rebuilds the :class:`.planner.MarginalPlan` from the
+stored variables. Every field is read through :mod:`querysmasher.h5read` with its type, shape and
+range checked (one InputError naming the field otherwise). The privacy cost is not trusted from the
+file: measure re-computes it from the applied operators (:func:`querysmasher.measure.check_budget`
+on :func:`.release.marginal_measurements`). Files of earlier formats are refused in one line.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
     if callable(noise):
         return np.asarray(noise(clean, sigma2), dtype=float)
     raise TypeError(
-        f"noise must be a NoiseSource, a numpy Generator or a callable (clean, sigma2) -> noisy, not {type(noise).__name__}"
+        "noise must be a NoiseSource, a numpy Generator or a callable (clean, sigma2) -> noisy, "
+        f"not {type(noise).__name__}"
     )
 
 

@@ -177,7 +177,8 @@ class MarginalPlan:
     def __repr__(self) -> str:
         return (
             f"MarginalPlan({self.workload.spec} over {self.schema.name}: RMSE {self.rmse:.6g} (qs {self.qs_rmse:.6g}, "
-            f"ratio {self.ratio:.4f}), gap {self.gap:.1e}, {len(self.views)} marginal views, beta {self.budget.beta:.4g})"
+            f"ratio {self.ratio:.4f}), gap {self.gap:.1e}, {len(self.views)} marginal views, "
+            f"beta {self.budget.beta:.4g})"
         )
 
 
@@ -202,8 +203,8 @@ def plan(
     ``max_view_size``: workload views of 2..this many attributes get a marginal-space mechanism
     (larger ones keep their ``qs`` residual mechanisms), and only those of at most ``max_view_cells``
     cells (None: any; under "auto", on a non-uniform schema with more than AUTO_LARGE_VIEWS views
-    above 400 cells, those stay residual, with a note: :func:`_auto_max_view_cells`). ``tie``: one shared mechanism for all
-    views (None: when the workload is symmetric under attribute permutations). ``residual_plan``:
+    above 400 cells, those stay residual, with a note: :func:`_auto_max_view_cells`). ``tie``: one shared mechanism
+    for all views (None: when the workload is symmetric under attribute permutations). ``residual_plan``:
     a ``qs`` plan of the same workload at beta = 1 (planned here when None). ``optimiser_options``:
     passed to :func:`.optimize.optimise` (``method``: "auto", "lbfgs", "trust-krylov", "newton";
     ``mu_factor``, ``mu_start``, ``round_iterations``, ``newton_iterations``); "auto" first tries the
@@ -328,7 +329,8 @@ def plan(
             options.pop("method", None)
             if sol is not None:
                 notes.append(
-                    "optimised by the restricted descent (each view's top kept to its workload's span) and its Newton steps"
+                    "optimised by the restricted descent (each view's top kept to its workload's span) "
+                    "and its Newton steps"
                 )
         if sol is None and not descended:
             check_deadline(deadline)
@@ -530,7 +532,8 @@ def _rescaled_for(budget: Budget, base: MarginalPlan) -> MarginalPlan:
         qs_total_variance=qs_tv,
         notes=list(base.notes)
         + [
-            f"{budget.neighbours} neighbours: the add-remove optimum with its noise scaled to the {budget.neighbours} cost "
+            f"{budget.neighbours} neighbours: the add-remove optimum with its noise scaled to the "
+            f"{budget.neighbours} cost "
             f"({cost:.6g} at the add-remove plan); not certified under {budget.neighbours}"
         ],
     )

@@ -1,4 +1,5 @@
-"""The Newton step's equality-constrained quadratic model, solved by projected conjugate gradients: its constraint system, metric and direction.
+"""The Newton step's equality-constrained quadratic model, solved by projected conjugate gradients:
+its constraint system, metric and direction.
 
 The model of :mod:`.active_newton` (f's quadratic model, the active cells held at their view's cost,
 the views' costs and tau summing to 1) is solved by projected CG (Gould, Hribar and Nocedal, SIAM J.

@@ -1,4 +1,5 @@
-"""The restricted descent: every marginal view's top kept to its workload's span, for problems the symmetric reduction does not cover.
+"""The restricted descent: every marginal view's top kept to its workload's span, for problems
+the symmetric reduction does not cover.
 
 The lemma of :mod:`.symmetric` holds for any marginal view g, tied or not: split g's residual
 coordinates into R (its lower residuals and the range of its top's workload Gram G_tt,g) and C
@@ -348,7 +349,8 @@ def descend(
         pt = bound(rp, RestrictedPoint(ys, tau), extra=obj.weights(x), polish=True, deadline=deadline)
         best = _better(best, pt)
         log.info(
-            "qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, gap %.2e, %.1f s",
+            "qsplus restricted: temperature %.0e, %d iterations (%s), point %.10g, best %.10g, bound %.10g, "
+            "gap %.2e, %.1f s",
             rel,
             nit,
             msg,

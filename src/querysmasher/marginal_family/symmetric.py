@@ -23,9 +23,9 @@ the bound is recomputed here from the solver's dual blocks
 Phi_lambda (weak duality, as :mod:`.certificate` states it): any PSD Phi gives
 f* >= T(Phi)^2 / s(D(Phi)) with T = sum mult tr((G^1/2 Phi G^1/2)^1/2) and s(D) bounded through a
 diagonal L with D <= lambda_max(L^-1/2 D L^-1/2) L (the solver's cost multipliers and two
-heuristics of :func:`.certificate.sdp_upper`), then polished by :func:`.certificate.maxcut_upper` (s(D) to about 1e-6: a first-order
-solver's multipliers alone left 2e-3 of the objective at [10]^40 abs). The primal point handed back is the solver's Y
-with its cell diagonal filled up to the cost (which never raises the objective); its objective is
+heuristics of :func:`.certificate.sdp_upper`), then polished by :func:`.certificate.maxcut_upper` (s(D) to about 1e-6: a
+first-order solver's multipliers alone left 2e-3 of the objective at [10]^40 abs). The primal point handed back is the
+solver's Y with its cell diagonal filled up to the cost (which never raises the objective); its objective is
 re-evaluated exactly by :meth:`.problem.MarginalProblem.evaluate`.
 
 **Restricting each pair's top to its workload's span loses nothing**, and the restricted problem's
@@ -73,7 +73,8 @@ MAX_CELLS = 2500  # pair views up to this many cells (the restricted SDP's block
 EXACT_MAX_CELLS = (
     400  # up to this many cells the whole pair space is optimised over (blocks of ~ n^2 / 2) and certified
 )
-INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solved again by Clarabel (interior point) when SCS's certificate misses the target
+INTERIOR_MAX_CELLS = 100  # whole-space problems up to this many cells are solved again by Clarabel (interior point)
+# when SCS's certificate misses the target
 # Measured on [n]^40 (2 cores): whole space n = 10 by Clarabel certifies affine:2 / abs:2 to 4e-7 / 3e-6 in 118 / 80 s
 # (1.8 / 1.3 GB); by SCS affine:2 to 7e-7 in 32 s but abs:2 only to 0.72 in 285 s before the certificate's s(D) was
 # polished (maxcut_upper); since, SCS certifies the paper's [10]^40 cells (prefix:1+affine:2 / abs:2) to 1.4e-5 / 9.1e-6

@@ -1,4 +1,5 @@
-"""The primal polish of a restricted symmetric-reduction point: its Gram moved to the optimum the solver's dual certifies.
+"""The primal polish of a restricted symmetric-reduction point: its Gram moved to
+the optimum the solver's dual certifies.
 
 A first-order conic solver (SCS) solves the restricted reduction of :mod:`.symmetric` to a dual bound
 within a few 1e-6 of its optimum, but its primal point is rough: the objective of the Gram it

@@ -1,4 +1,5 @@
-"""View mechanisms: one class per kind (one module each), with every operation the stages need (cost, apply, variances, rank).
+"""View mechanisms: one class per kind (one module each), with every operation the stages need
+(cost, apply, variances, rank).
 
 A mechanism over one view (its cells row-major over the view's attributes) is a Gaussian mechanism
 at privacy cost <= 1, described by its privacy Gram X = B^T B (unit noise): it releases

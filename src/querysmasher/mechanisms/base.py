@@ -148,7 +148,8 @@ class ViewMechanism:
             raise ValueError(f"a {type(self).__name__} has kind {self.KIND!r}, not {self.kind!r}")
         if len(self.mats) != self.array_count(self.kind, self.sizes):
             raise ValueError(
-                f"a {self.kind} mechanism over {len(self.sizes)} attributes holds {self.array_count(self.kind, self.sizes)} arrays"
+                f"a {self.kind} mechanism over {len(self.sizes)} attributes holds "
+                f"{self.array_count(self.kind, self.sizes)} arrays"
             )
         if self.rotation is not None and not self.ROTATED:
             raise ValueError("a rotation is an r x r matrix of a lowrank mechanism")

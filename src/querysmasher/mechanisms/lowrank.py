@@ -70,7 +70,8 @@ class LowRankMechanism(ViewMechanism):
             ):
                 raise refuse(
                     "lowrank",
-                    "has a rotation W that is not orthogonal (B = W diag(s)^(1/2) V^T would cost more than the stored X)",
+                    "has a rotation W that is not orthogonal "
+                    "(B = W diag(s)^(1/2) V^T would cost more than the stored X)",
                 )
         return self
 

@@ -1,4 +1,5 @@
-"""The content-addressed store shared by every experiment: subproblem, batch and solve files, the cost model of a solve, and batching.
+"""The content-addressed store shared by every experiment: subproblem, batch and solve files, the cost model
+of a solve, and batching.
 
 A subproblem key is the hash of its unit-trace Gram (:meth:`SubworkloadGram.canonical`), so equal
 keys mean equal problems. Subproblem and batch files are written only if absent
@@ -303,8 +304,8 @@ def estimate_decompose_mem_mb(workload, *, lazy: bool | None = None) -> int:
     the same ``lazy``): every distinct non-product view keeps its subquery factor or, when it has at
     least as many queries as cells (random, wide custom), its c x c Gram until the subproblem files
     are written, and builds one query matrix at a time. Product views cost only 1-D factors. A lazy
-    decomposition keeps a random view's large Grams as recipes (its small lower residuals stay): ``random:1,2`` at n = 50 over 40 attributes holds 780 Grams of
-    2,500^2 (about 39 GB) eagerly, one at a time lazily.
+    decomposition keeps a random view's large Grams as recipes (its small lower residuals stay):
+    ``random:1,2`` at n = 50 over 40 attributes holds 780 Grams of 2,500^2 (about 39 GB) eagerly, one at a time lazily.
 
     >>> from querysmasher.workload import parse_workload
     >>> from querysmasher.schema import parse_schema

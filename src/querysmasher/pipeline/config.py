@@ -1,6 +1,9 @@
-"""The workflow's config: the grid of experiments (:class:`Experiment`, expansion), budgets, and validation against ``config/schema.yaml``.
+"""The workflow's config: the grid of experiments (:class:`Experiment`, expansion), budgets, and
+validation against ``config/schema.yaml``.
 
->>> e = expand_grid({"grid": [{"schemas": ["cps"], "workloads": ["prefix:1"], "methods": ["rp", "qs"], "budgets": ["rho=0.5"]}]})
+>>> e = expand_grid(
+...     {"grid": [{"schemas": ["cps"], "workloads": ["prefix:1"], "methods": ["rp", "qs"], "budgets": ["rho=0.5"]}]}
+... )
 >>> sorted(e)
 ['cps__prefix-1__qs__rho0.5__seed0', 'cps__prefix-1__rp__rho0.5__seed0']
 """
@@ -140,7 +143,8 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
                                 raise InputError(
                                     f"config grid[{g}]",
                                     name,
-                                    f"two experiments share this folder name ({old.workload!r} and {w!r}); rename a schema or reorder the spec",
+                                    f"two experiments share this folder name ({old.workload!r} and {w!r}); "
+                                    "rename a schema or reorder the spec",
                                 )
                             out[name] = e
     if not out:
@@ -152,7 +156,8 @@ def expand_grid(config: dict) -> dict[str, Experiment]:
             raise InputError(
                 "config grid",
                 e.problem,
-                f"two problems share this folder name ({old.workload!r} and {e.workload!r}); rename a schema or reorder the spec",
+                f"two problems share this folder name ({old.workload!r} and {e.workload!r}); "
+                "rename a schema or reorder the spec",
             )
     return out
 
@@ -220,11 +225,13 @@ def set_aside_unsupported(experiments: dict, policy: str = "error") -> tuple[dic
     experiment is a config error naming it (one line); with ``"skip"`` it is set aside (the
     paper's tables print NI for it).
 
-    >>> e = expand_grid({"grid": [{"schemas": ["synthetic:n=4,d=3"], "workloads": ["affine:2"], "methods": ["qs", "hdmm"]}]})
+    >>> e = expand_grid(
+    ...     {"grid": [{"schemas": ["synthetic:n=4,d=3"], "workloads": ["affine:2"], "methods": ["qs", "hdmm"]}]}
+    ... )
     >>> ok, skipped = set_aside_unsupported(e, "skip")
     >>> sorted(ok), [s["reason"] for s in skipped.values()]
     (['synthetic-n4-d3__affine-2__qs__beta1__seed0'], ['hdmm does not support non-product families (affine, abs, random, custom): affine:2'])
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     from ..methods import get_method  # loads numpy only where it is used
 
     cache: dict = {}

@@ -1,4 +1,5 @@
-"""The records an experiment reads: data set configs resolved to a source (CSV or seeded synthetic records), and loading them.
+"""The records an experiment reads: data set configs resolved to a source (CSV or seeded synthetic records),
+and loading them.
 
 >>> resolve_data_source({"csv": "no/such.csv", "synthetic": {"records": 10}})
 {'kind': 'synthetic', 'records': 10, 'seed': 0}

@@ -1,4 +1,5 @@
-"""Metrics of one experiment: predicted and empirical RMSE, the calibration of the variances, phase times and peak memory."""
+"""Metrics of one experiment: predicted and empirical RMSE, the calibration of the variances, phase times and
+peak memory."""
 
 from __future__ import annotations
 

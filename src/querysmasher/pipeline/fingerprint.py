@@ -1,4 +1,5 @@
-"""The library-code fingerprint of each workflow stage: a hash of exactly the code a stage runs, so Snakemake re-runs a rule when, and only when, that code changes.
+"""The library-code fingerprint of each workflow stage: a hash of exactly the code a stage runs, so Snakemake
+re-runs a rule when, and only when, that code changes.
 
 A stage runs (a) library modules, hashed file by file with the package-internal modules they import
 (:class:`querysmasher.importgraph.ImportGraph`: import statements and ``importlib.import_module``);

@@ -84,7 +84,7 @@ def check_release_name(name) -> str:
     Traceback (most recent call last):
     ...
     querysmasher.errors.InputError: release name 'logs': is a name the workflow uses for its own folders (batches, benchmarks, figures, logs, paper, problems, releases, solves, subproblems, tables): choose another
-    """
+    """  # noqa: E501  (a doctest's expected output is one line)
     if not isinstance(name, str) or not RELEASE_NAME_PATTERN.match(name):
         raise InputError(
             "release name", name, "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -93,7 +93,8 @@ def check_release_name(name) -> str:
         raise InputError(
             "release name",
             name,
-            f"is a name the workflow uses for its own folders ({', '.join(sorted(RESERVED_RELEASE_NAMES))}): choose another",
+            f"is a name the workflow uses for its own folders ({', '.join(sorted(RESERVED_RELEASE_NAMES))}): "
+            "choose another",
         )
     return name
 

@@ -55,8 +55,10 @@ CAPTIONS = {
     "'(every pair)' rows the version the paper describes (no paper figure).",
     4: "Table 4: RMSE of 1-way + 2-way workloads at beta = 1 on [n]^40 (plan only: expected error).",
     5: "Table 5: RMSE of range:1 + affine:2 + prefix:3 at beta = 1 on [n]^d (plan only: expected error).",
-    6: "Table 6: QuerySmasher phase times and peak memory, prefix:1,2 on [n]^d (this machine: 2 cores; paper: 128 cores).",
-    7: "Table 7: QuerySmasher phase times and peak memory, range:1 + affine:2 + prefix:3 on [n]^d (this machine: 2 cores; paper: 128 cores).",
+    6: "Table 6: QuerySmasher phase times and peak memory, prefix:1,2 on [n]^d "
+    "(this machine: 2 cores; paper: 128 cores).",
+    7: "Table 7: QuerySmasher phase times and peak memory, range:1 + affine:2 + prefix:3 on [n]^d "
+    "(this machine: 2 cores; paper: 128 cores).",
 }
 
 

@@ -21,7 +21,9 @@ band is ``peak <= mem_mb <= 3 x peak + 500 MB``). A job that exceeds its request
 twice as much (``attempt`` in the rules' resource callables, :func:`retry`).
 
 >>> from querysmasher.pipeline.config import Experiment
->>> e = Experiment("x", "s", "synthetic:n=10,d=3", False, "prefix:1,2", "qs", 1.0, 0, {"synthetic": {"records": 1000, "seed": 0}})
+>>> e = Experiment(
+...     "x", "s", "synthetic:n=10,d=3", False, "prefix:1,2", "qs", 1.0, 0, {"synthetic": {"records": 1000, "seed": 0}}
+... )
 >>> r = stage_resources("measure", e)
 >>> BASE_MEM_MB <= r["mem_mb"] < 1000, r["runtime"] >= 5
 (True, True)

@@ -1,4 +1,5 @@
-"""The file-level steps each rule script calls: decompose, solve, allocate, measure, reconstruct, evaluate (and the log redirection around them).
+"""The file-level steps each rule script calls: decompose, solve, allocate, measure, reconstruct, evaluate
+(and the log redirection around them).
 
 The scripts (``scripts/*.py``) only read their ``snakemake`` object and call one function of this
 package; everything they do is testable without Snakemake. They plan, measure and reconstruct
@@ -288,7 +289,8 @@ def solve_subproblem_files(
         sol = solver.solve(gram, store)
         results.append((key, sol, time.perf_counter() - t0))
         print(
-            f"solved {key}: {gram.cells} cells, {len(gram.terms)} terms, loss {sol.loss:.6g}, {results[-1][2]:.2f} s ({sol.solver}) {sol.note}",
+            f"solved {key}: {gram.cells} cells, {len(gram.terms)} terms, loss {sol.loss:.6g}, "
+            f"{results[-1][2]:.2f} s ({sol.solver}) {sol.note}",
             flush=True,
         )
     write_solutions(out_path, method, options, results)
@@ -340,13 +342,14 @@ def allocate_to_files(
     max_variance: bool = True,
 ) -> dict:
     """The allocate step: the plan of one experiment, written to ``plan.h5`` (of its kind; with
-    ``mechanisms=False``, for plan-only experiments, its summary alone: :func:`querysmasher.planfiles.save_plan_summary`) and
-    ``plan.json`` (predicted RMSE, certified bound when every view is certified, privacy as beta,
-    rho-zCDP, mu-GDP and (epsilon, delta), whether it can be measured). Per-view methods with the
-    sum objective allocate over the solutions of the solve jobs; whole-workload methods and the max
-    objective (which re-solves the views under its own query weights) plan here, through
-    :func:`querysmasher.planning.make_plan`. ``max_variance=False`` (with ``mechanisms=False``)
-    leaves the largest query variance out of a residual plan's summary (:meth:`querysmasher.plan.Plan.summary`)."""
+    ``mechanisms=False``, for plan-only experiments, its summary alone:
+    :func:`querysmasher.planfiles.save_plan_summary`) and ``plan.json`` (predicted RMSE, certified
+    bound when every view is certified, privacy as beta, rho-zCDP, mu-GDP and (epsilon, delta),
+    whether it can be measured). Per-view methods with the sum objective allocate over the solutions
+    of the solve jobs; whole-workload methods and the max objective (which re-solves the views under
+    its own query weights) plan here, through :func:`querysmasher.planning.make_plan`.
+    ``max_variance=False`` (with ``mechanisms=False``) leaves the largest query variance out of a
+    residual plan's summary (:meth:`querysmasher.plan.Plan.summary`)."""
     from ..planfiles import save_any_plan, save_plan_summary  # in the body: the stage function's fingerprint follows it
 
     w = read_workload_file(workload_path)

@@ -12,7 +12,9 @@ full-domain estimate. Small domains only (the workload Gram is formed explicitly
 >>> from querysmasher.mechanisms import ViewMechanism
 >>> from querysmasher.planning import parse_problem
 >>> schema, workload = parse_problem("synthetic:n=3,d=2", "prefix:1")
->>> p = full_domain_plan(schema, workload, "identity", Budget.from_beta(1.0), ViewMechanism("kron", (3, 3), (np.eye(3), np.eye(3))))
+>>> p = full_domain_plan(
+...     schema, workload, "identity", Budget.from_beta(1.0), ViewMechanism("kron", (3, 3), (np.eye(3), np.eye(3)))
+... )
 >>> p.layout, p.views, round(p.total_variance, 6)   # 12 prefix queries: the sum of their sizes
 ('full-domain', [(0, 1)], 36.0)
 """

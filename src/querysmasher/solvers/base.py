@@ -56,7 +56,10 @@ class ViewSolution:
 
     def __repr__(self) -> str:
         note = f", note={self.note!r}" if self.note else ""
-        return f"ViewSolution({self.solver}, {self.mechanism.kind} {self.mechanism.sizes}, loss={self.loss:.6g}, lower_bound={self.lower_bound:.6g}, gap={self.gap:.2e}{note})"
+        return (
+            f"ViewSolution({self.solver}, {self.mechanism.kind} {self.mechanism.sizes}, loss={self.loss:.6g}, "
+            f"lower_bound={self.lower_bound:.6g}, gap={self.gap:.2e}{note})"
+        )
 
 
 class ViewSolver(Protocol):

@@ -229,7 +229,10 @@ class QSSolver:
                 if too_big
                 else f"the memory budget ({need_mb:.0f} MB needed, {self.memory_budget_mb:.0f} MB allowed)"
             )
-            note = f"view {gram.attrs} has {gram.cells} cells and {len(gram.terms)} Gram terms, above {limit}: fell back to {best.solver} (not certified)"
+            note = (
+                f"view {gram.attrs} has {gram.cells} cells and {len(gram.terms)} Gram terms, above {limit}: "
+                f"fell back to {best.solver} (not certified)"
+            )
             warnings.warn(note, RuntimeWarning, stacklevel=2)
             logger.info(
                 "view %s: %d cells, fell back to %s (not certified), %.2f s",

@@ -25,8 +25,8 @@ Primal candidates (upper bounds)
   generalised inverse of it, tr(G X(p)^+) = s(p). Divided by m = max_i X(p)_ii it is feasible with
   loss m s(p). At a dual optimum p* with A(p*) nonsingular the KKT conditions give
   X(p*)_ii <= s(p*) with equality on the support of p*, so m = s and the gap closes -- also when p*
-  is on the boundary of the simplex and the optimal X is singular. The catch: the loss is first order in the error of p while D(p) is
-  second order, so a first-order dual method certifies slowly when p* is on the boundary.
+  is on the boundary of the simplex and the optimal X is singular. The catch: the loss is first order in the error of p
+  while D(p) is second order, so a first-order dual method certifies slowly when p* is on the boundary.
 * the barrier point ``X(lambda, mu)`` below, divided by its largest diagonal entry.
 The returned X is the candidate with the smaller certified loss; ``loss`` is tr(G X^+) recomputed
 from the returned matrix (:func:`loss_of`, which also checks range(X) ⊇ range(G)).
@@ -38,9 +38,9 @@ so this is exponentiated gradient ascent whose fixed points are the KKT points a
 the classical multiplicative update. tau = 3 (over-relaxation) roughly halves the iterations on
 the interior cases measured here (4 starts to oscillate); from the second step on, tau is the
 Barzilai-Borwein length of the last step clipped to [1, 3] (random views want ~2: 5 -> 2 steps);
-it is halved, down to 1, while a step would decrease D(p). When the dual optimum is interior (prefix/range Grams, mixed Grams with a
-full-rank Kronecker term) this converges linearly and X(p) certifies the optimum; it costs one
-r x r eigendecomposition per iteration.
+it is halved, down to 1, while a step would decrease D(p). When the dual optimum is interior (prefix/range
+Grams, mixed Grams with a full-rank Kronecker term) this converges linearly and X(p) certifies the optimum; it
+costs one r x r eigendecomposition per iteration.
 
 Phase 2: dual barrier path following (Newton), when phase 1 is slow
 -------------------------------------------------------------------

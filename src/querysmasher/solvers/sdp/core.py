@@ -2,8 +2,8 @@
 
 :func:`solve_core` runs phase 1 (:mod:`.dual`) and, when it is slow and affordable, phase 2
 (:mod:`.barrier`) on a prepared factor; :func:`certificate` turns the best dual point into the
-returned weights, bound and gap; :func:`middle` and ``_build_x`` rebuild the best primal candidate. A solve uses the process's
-thread budget (:mod:`querysmasher.threads`) for BLAS on large views and one thread on small ones.
+returned weights, bound and gap; :func:`middle` and ``_build_x`` rebuild the best primal candidate. A solve
+uses the process's thread budget (:mod:`querysmasher.threads`) for BLAS on large views and one thread on small ones.
 """
 
 from __future__ import annotations

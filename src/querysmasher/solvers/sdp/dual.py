@@ -1,4 +1,5 @@
-"""Phase 1 of the per-view SDP: multiplicative dual ascent, the tracker of the best certified points, and the switch rule.
+"""Phase 1 of the per-view SDP: multiplicative dual ascent, the tracker of the best certified points,
+and the switch rule.
 
 A :class:`DualPoint` is s(p) and diag X(p) at one p; :func:`ascent_step` is the over-relaxed
 multiplicative step p_i <- p_i (X(p)_ii / s(p))^tau; :class:`Tracker` keeps the best lower and

@@ -102,8 +102,8 @@ def solve_factored(
     max_iterations: int = 500,
     time_limit: float | None = None,
 ) -> FactoredSolveResult:
-    """:func:`~querysmasher.solvers.sdp.solve_dense` for G = F^T F given F (m x c, m <= c), in O(r c) memory and O(r^2 c) time
-    per step: the returned X has G's rank r and is never formed. Phase 2 is matrix-free Newton-CG.
+    """:func:`~querysmasher.solvers.sdp.solve_dense` for G = F^T F given F (m x c, m <= c), in O(r c) memory and
+    O(r^2 c) time per step: the returned X has G's rank r and is never formed. Phase 2 is matrix-free Newton-CG.
 
     >>> P = np.tril(np.ones((10, 10))); C = np.eye(10) - 1 / 10
     >>> r = solve_factored(P @ C, target_gap=1e-8)
