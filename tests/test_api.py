@@ -36,7 +36,7 @@ def test_table_is_the_explicit_least_squares_estimate(small, attrs):
     m = marginal_map(plan.schema.sizes, idx)  # each cell of the table as a full-domain query
     assert np.allclose(t["variance"], np.einsum("ij,jk,ik->i", m, pinv(x), m), rtol=1e-8)
     assert np.allclose(t["estimate"], m @ gls_histogram(plan, release), rtol=1e-8, atol=1e-8)
-    assert list(t.columns) == [plan.schema.names[a] for a in idx] + ["estimate", "variance"]
+    assert list(t.columns) == [plan.schema.names[a] for a in idx] + ["estimate", "variance", "lower", "upper"]
     truth = true_histogram(records.to_numpy(), plan.schema.sizes)
     noiseless = qs.Measurements(
         release.index,

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "accounting",
             "allocation",
             "noise",
+            "intervals",
             "data",
             "io",
             "h5read",

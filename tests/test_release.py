@@ -45,7 +45,11 @@ def test_release_writes_the_named_tables_with_standard_errors_and_no_record_coun
     assert info["privacy_cost_checked"] <= info["budget"]["beta"]
     assert info["workload"] == "marginal:(age,sex)+prefix:(age,income)@2"
     t = pd.read_csv(out / "age__sex.csv")
-    assert list(t.columns) == ["age", "sex", "estimate", "std_error"] and len(t) == 12 and (t["std_error"] > 0).all()
+    assert (
+        list(t.columns) == ["age", "sex", "estimate", "std_error", "lower", "upper"]
+        and len(t) == 12
+        and (t["std_error"] > 0).all()
+    )
     assert (out / "answers" / "prefix__age__income.csv").is_file()
     # No record count: nothing holds n exactly; the noisy total is not n (OpenDP noise, never zero).
     for p in out.rglob("*.json"):

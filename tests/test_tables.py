@@ -47,7 +47,7 @@ def test_published_tables_are_the_brute_force_least_squares_ones(tmp_path, small
     for t in written:
         attrs = tuple(small_schema.index(n) for n in t["view"])
         frame = pd.read_csv(tmp_path / t["file"])
-        assert list(frame.columns) == list(t["view"]) + ["estimate", "std_error"]
+        assert list(frame.columns) == list(t["view"]) + ["estimate", "std_error", "lower", "upper"]
         m = marginal_map(small_schema.sizes, attrs)
         want = np.sqrt(np.einsum("ij,jk,ik->i", m, xp, m))
         assert np.allclose(frame["std_error"], want, rtol=1e-6)

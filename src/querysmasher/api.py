@@ -11,9 +11,9 @@ Plan(rp, prefix:1,2 over synthetic:n=4,d=3: RMSE 2.401, 7 residual views, 3 dist
 >>> release
 Release(7 measurements of rp on prefix:1,2)
 >>> answers = release.reconstruct()
->>> t = answers.table(("a0", "a1"))      # a DataFrame: codes, estimate, variance
+>>> t = answers.table(("a0", "a1"))      # a DataFrame: codes, estimate, variance, 95% interval
 >>> list(t.columns), len(t)
-(['a0', 'a1', 'estimate', 'variance'], 16)
+(['a0', 'a1', 'estimate', 'variance', 'lower', 'upper'], 16)
 >>> round(float(t.variance.mean()), 3)   # known from the plan alone
 3.595
 >>> import tempfile, os
@@ -45,6 +45,7 @@ import numpy as np
 from . import data as record_data  # its functions looked up when called (tests check that none reads records)
 from .accounting import make_budget
 from .errors import InputError
+from .intervals import DEFAULT_CONFIDENCE, bounds, check_confidence, is_gaussian, multiplier
 from .measurement import Measurements
 from .noise import make_noise
 from .plankinds import PLAN_KINDS, kind_of
@@ -260,10 +261,12 @@ class Answers:
 
     ``view(i)`` is every query of workload view ``i`` (``plan.workload.views[i]``), ``table(attrs)``
     the reconstructed marginal table over some attributes; both are DataFrames with an ``estimate``
-    column and a ``variance`` column (none where the kind gives no variances: HDMM). The estimates
-    are unbiased. A release answers a table over any attributes whose cells its measurements
-    estimate (a residual plan: every attribute set whose residual views are measured at full rank),
-    or that a workload view gives as its marginal queries. ``save(path)`` writes the answers file
+    column, a ``variance`` column and the confidence interval's ``lower`` and ``upper`` bounds at
+    ``confidence`` (default 0.95; exact under Gaussian noise, :mod:`querysmasher.intervals`; none
+    where the kind gives no variances: HDMM). The estimates are unbiased. A release answers a table
+    over any attributes whose cells its measurements estimate (a residual plan: every attribute set
+    whose residual views are measured at full rank), or that a workload view gives as its marginal
+    queries. ``save(path)`` writes the answers file
     of ``querysmasher reconstruct``.
     """
 
@@ -300,9 +303,19 @@ class Answers:
                 out.append(int(a))
         return tuple(sorted(set(out)))
 
-    def table(self, attrs: str | int | Sequence[str | int]):
+    def _interval(self, frame, variance, confidence: float):
+        """``variance`` and the interval's bounds at ``confidence`` added to ``frame`` (its ``estimate``)."""
+        if variance is None:
+            return frame
+        z = multiplier(check_confidence(confidence), gaussian=is_gaussian(self.plan))
+        frame["variance"] = variance
+        _, frame["lower"], frame["upper"] = bounds(frame["estimate"], variance, z)
+        return frame
+
+    def table(self, attrs: str | int | Sequence[str | int], confidence: float = DEFAULT_CONFIDENCE):
         """The marginal table over ``attrs`` (names or indices): one row per cell, the attribute
-        codes, ``estimate`` and ``variance`` (class docstring: which tables a release gives)."""
+        codes, ``estimate``, ``variance`` and the interval at ``confidence`` (class docstring: which
+        tables a release gives)."""
         import pandas as pd  # loads pandas only where it is used
 
         idx = self._attrs(attrs)
@@ -312,21 +325,17 @@ class Answers:
         codes = np.indices(tuple(sizes[a] for a in idx)).reshape(len(idx), -1) if idx else np.zeros((0, 1), dtype=int)
         frame = pd.DataFrame({names[a]: codes[k] for k, a in enumerate(idx)})
         frame["estimate"] = estimate
-        if variance is not None:
-            frame["variance"] = variance
-        return frame
+        return self._interval(frame, variance, confidence)
 
-    def view(self, index: int):
-        """Every query of workload view ``index`` (``plan.workload.views[index]``): estimate, variance."""
+    def view(self, index: int, confidence: float = DEFAULT_CONFIDENCE):
+        """Every query of workload view ``index`` (``plan.workload.views[index]``): estimate, variance
+        and the interval at ``confidence``."""
         import pandas as pd  # loads pandas only where it is used
 
         v = self.plan.workload.views[index]
         with limited(self.threads):
             answers, variances = self.reconstruction.view_answers(v), self.variances.view(v)
-        frame = pd.DataFrame({"estimate": answers})
-        if variances is not None:
-            frame["variance"] = variances
-        return frame
+        return self._interval(pd.DataFrame({"estimate": answers}), variances, confidence)
 
     def save(self, path) -> dict:
         """Write the answers file (see ``querysmasher reconstruct``); returns its summary."""

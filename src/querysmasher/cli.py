@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="answers file (HDF5): per-view tables, answers and variances")
     r.add_argument("--csv", help="also write one CSV table per workload view into this folder")
     r.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="level of the CSV tables' confidence intervals (default 0.95; exact under Gaussian noise)",
+    )
+    r.add_argument(
         "--max-answers",
         type=int,
         default=None,
@@ -355,6 +361,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         plan_sha256=plan_digest(args.plan),
         csv_dir=args.csv,
         max_answers=args.max_answers,
+        confidence=args.confidence,
     )
     print(json.dumps(info))
     return 0

@@ -24,6 +24,7 @@ import numpy as np
 from .atomic import atomic_folder
 from .decompose import view_answers
 from .errors import InputError, require_finite
+from .intervals import DEFAULT_CONFIDENCE, check_confidence
 from .io import atomic_h5, new_group, open_h5, put, put_json
 from .logs import progress
 from .measure import load_measurements, measure
@@ -142,15 +143,16 @@ def table_data(est, variances=None):
     return tables, answers, total
 
 
-def write_csv_tables(folder: str | Path, est, variances=None) -> list[Path]:
-    """Per-cell CSV tables with standard errors, only for views whose cells are estimable, and an
-    index ``tables.json`` (:mod:`querysmasher.tablefiles`). Returns the per-cell files written."""
+def write_csv_tables(folder: str | Path, est, variances=None, *, confidence: float = DEFAULT_CONFIDENCE) -> list[Path]:
+    """Per-cell CSV tables with standard errors and confidence intervals, only for views whose cells
+    are estimable, and an index ``tables.json`` (:mod:`querysmasher.tablefiles`). Returns the
+    per-cell files written."""
     from .tablefiles import write_table_files  # loads pandas only where tables are written
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tables, _, total = table_data(est, variances)
-    index = write_table_files(folder, est.plan, tables, (), total=total)
+    index = write_table_files(folder, est.plan, tables, (), total=total, confidence=confidence)
     return [folder / t["file"] for t in index["tables"] if t["file"]]
 
 
@@ -163,12 +165,20 @@ def release_tables(plan, records, noise):
 
 
 def reconstruct_plan_to_file(
-    plan, measurements, out, *, plan_sha256: str, csv_dir=None, max_answers: int | None = None
+    plan,
+    measurements,
+    out,
+    *,
+    plan_sha256: str,
+    csv_dir=None,
+    max_answers: int | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict:
     """The answers file of a plan of any kind from its measurements file (checked against the plan:
     its digest, one finite vector per measurement), plus per-view CSV tables in ``csv_dir`` where the
-    kind has them: a new folder published whole (:func:`querysmasher.atomic.atomic_folder`), never
-    written into."""
+    kind has them, with confidence intervals at ``confidence``: a new folder published whole
+    (:func:`querysmasher.atomic.atomic_folder`), never written into."""
+    confidence = check_confidence(confidence, "--confidence")
     if csv_dir and not has_per_view_tables(plan):
         raise InputError("--csv", str(csv_dir), f"{plan.method} answers have no per-view tables to write as CSV")
     if csv_dir:
@@ -184,7 +194,7 @@ def reconstruct_plan_to_file(
             return save_answers(out, est, variances, max_answers=limit)
         with atomic_folder(csv_dir, "--csv") as tmp:
             info = save_answers(out, est, variances, max_answers=limit)
-            info["csv_tables"] = len(write_csv_tables(tmp, est, variances))
+            info["csv_tables"] = len(write_csv_tables(tmp, est, variances, confidence=confidence))
             return info
 
 

@@ -13,6 +13,7 @@ A release spec is one YAML file::
     method: qs                      # qs (default), or any method whose plan kind releases tables (qsplus too; not hdmm)
     on_invalid: error               # or drop
     postprocess: false              # also write non-negative integer tables (labelled, biased)
+    confidence: 0.95                # the level of every published interval (exact under Gaussian noise)
 
 :func:`run_release` plans, re-checks the privacy cost, measures with OpenDP's sampler (OS entropy,
 no seed), reconstructs and writes the publishable tables into a new folder, atomically (a
@@ -39,6 +40,7 @@ from .atomic import atomic_folder, check_output, write_json
 from .documents import as_number, read_document
 from .errors import InputError
 from .families import PAIR_FAMILIES, PRODUCT_FAMILIES
+from .intervals import DEFAULT_CONFIDENCE, check_confidence
 from .methods import get_method
 from .noise import make_noise
 from .plankinds import kind_of, plan_kind
@@ -48,7 +50,7 @@ from .workload import Workload, check_weight, format_weight, parse_workload
 
 __all__ = ["ReleaseSpec", "TableSpec", "parse_release_spec", "load_release_spec", "release_workload", "run_release"]
 TABLE_FAMILIES: tuple[str, ...] = PRODUCT_FAMILIES + PAIR_FAMILIES
-_KEYS = ("data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess")
+_KEYS = ("data", "domain", "tables", "budget", "neighbours", "method", "on_invalid", "postprocess", "confidence")
 _BUDGET_KEYS = (*BUDGET_FORMS, "delta")
 
 
@@ -75,6 +77,7 @@ class ReleaseSpec:
     method: str = "qs"
     on_invalid: str = "error"
     postprocess: bool = False
+    confidence: float = DEFAULT_CONFIDENCE
     source: str = ""  # the spec file it was read from (an input no output may overwrite)
 
     @property
@@ -163,6 +166,7 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     post = raw.get("postprocess", False)
     if not isinstance(post, bool):
         raise InputError("release spec: postprocess", post, "must be true or false")
+    confidence = check_confidence(raw.get("confidence", DEFAULT_CONFIDENCE), "release spec: confidence")
     base = Path(base)
     parsed = tuple(_table(i, t) for i, t in enumerate(tables))
     seen: dict[tuple, int] = {}
@@ -182,6 +186,7 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
         method,
         on_invalid,
         post,
+        confidence,
     )
 
 
@@ -229,7 +234,9 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
         record_data.warn_dropped(records)  # that rows were dropped, never how many
         tables, view_answers, total = release_tables(plan, records, noise)
         del records
-        index = write_table_files(tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess)
+        index = write_table_files(
+            tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess, confidence=spec.confidence
+        )
         info = {
             "workload": plan.workload.spec,
             "method": plan.method,

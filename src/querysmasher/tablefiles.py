@@ -5,10 +5,12 @@ estimates or None, their variances or None, why omitted) per table, one (workloa
 (answers, variances)) per workload view, the estimated total -- and writes (see
 :mod:`querysmasher.reconstruct` for which tables are given):
 
-* ``<attrs>.csv``: per-cell ``estimate`` and ``std_error``; a table given as None gets no file, and
-  ``tables.json`` says why;
-* ``answers/<family>__<attrs>.csv``: every workload query's ``answer`` and ``std_error``, queries
-  numbered per attribute for product families;
+* ``<attrs>.csv``: per-cell ``estimate``, ``std_error`` and the confidence interval's ``lower`` and
+  ``upper`` bounds (:mod:`querysmasher.intervals`: exact under Gaussian noise); a table given as
+  None gets no file, and ``tables.json`` says why; ``tables.json`` also gives the confidence, what
+  the coverage is, and per table the multiplier of its simultaneous interval (every cell at once);
+* ``answers/<family>__<attrs>.csv``: every workload query's ``answer``, ``std_error``, ``lower`` and
+  ``upper``, queries numbered per attribute for product families;
 * ``postprocessed/<attrs>.csv`` (optional, clearly labelled): per-cell estimates made non-negative and
   integer, each table rescaled to the same estimated total. Biased; for display only.
 
@@ -27,13 +29,14 @@ from .atomic import atomic_path, write_json
 from .errors import InputError
 from .families import count_1d
 from .filenames import distinct_file_names
+from .intervals import DEFAULT_CONFIDENCE, bounds, check_confidence, interval_kind, is_gaussian, multiplier
 from .workload import WorkloadView
 
 __all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
 
-# Columns the table files add beside the attributes' own (a cell table's estimate and standard
-# error, a postprocessed table's count, an answer file's query number and answer).
-VALUE_COLUMNS = ("estimate", "std_error", "count", "query", "answer")
+# Columns the table files add beside the attributes' own (a cell table's estimate, standard error
+# and interval, a postprocessed table's count, an answer file's query number and answer).
+VALUE_COLUMNS = ("estimate", "std_error", "lower", "upper", "count", "query", "answer")
 
 
 def check_table_columns(schema, field: str = "domain") -> None:
@@ -45,7 +48,7 @@ def check_table_columns(schema, field: str = "domain") -> None:
     >>> check_table_columns(_schema_from_mapping("d", {"age": 3, "estimate": 2}))
     Traceback (most recent call last):
     ...
-    querysmasher.errors.InputError: domain attribute 'estimate': is the name of a column of the table files (estimate, std_error, count, query, answer): rename the attribute
+    querysmasher.errors.InputError: domain attribute 'estimate': is the name of a column of the table files (estimate, std_error, lower, upper, count, query, answer): rename the attribute
     """  # noqa: E501  (a doctest's expected output is one line)
     for name in schema.names:
         if name in VALUE_COLUMNS:
@@ -82,7 +85,14 @@ def _postprocess(table: np.ndarray, total: float) -> np.ndarray:
     return base
 
 
-def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.ndarray) -> pd.DataFrame:
+def _with_interval(frame: pd.DataFrame, column: str, values, variances, z: float) -> pd.DataFrame:
+    """``values`` as ``column``, then ``std_error`` and the interval ``lower``, ``upper`` (+- z std_error)."""
+    frame[column] = values
+    frame["std_error"], frame["lower"], frame["upper"] = bounds(values, variances, z)
+    return frame
+
+
+def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.ndarray, z: float) -> pd.DataFrame:
     names, sizes = plan.schema.names, plan.schema.sizes
     if v.factors:
         counts = tuple(count_1d(f, sizes[a]) for f, a in zip(v.factors, v.attrs))
@@ -90,9 +100,7 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
         frame = pd.DataFrame({f"{names[a]}_{f}_query": idx[k] for k, (a, f) in enumerate(zip(v.attrs, v.factors))})
     else:
         frame = pd.DataFrame({"query": np.arange(len(answers))})
-    frame["answer"] = answers
-    frame["std_error"] = np.sqrt(np.maximum(variances, 0))
-    return frame
+    return _with_interval(frame, "answer", np.asarray(answers), variances, z)
 
 
 def write_table_files(
@@ -104,15 +112,26 @@ def write_table_files(
     total: float | None,
     postprocessed: bool = False,
     max_answers: int = 1_000_000,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> dict:
     """The publishable files of a plan of any kind: ``tables`` is one (attrs, cell
     estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
     (workload view, callable -> (answers, variances)) per workload view in the workload's order
     (computed only for views that are written), ``total`` the estimated total the postprocessed
-    tables are rescaled to (None: no postprocessed tables)."""
+    tables are rescaled to (None: no postprocessed tables); ``confidence``: the intervals' level."""
     folder = Path(folder)
     check_table_columns(plan.schema)
-    index: dict = {"tables": [], "answers": [], "postprocessed": []}
+    confidence = check_confidence(confidence)
+    gaussian = is_gaussian(plan)
+    z = multiplier(confidence, gaussian=gaussian)
+    index: dict = {
+        "confidence": confidence,
+        "interval": interval_kind(gaussian),
+        "z": z,
+        "tables": [],
+        "answers": [],
+        "postprocessed": [],
+    }
     names = plan.schema.names
     views = [attrs for attrs, *_ in tables]
     # file names from attribute names (data read from a domain file): never a path, never shared
@@ -122,12 +141,11 @@ def write_table_files(
         if table is None or var is None:
             entry.update(file=None, omitted=why)
         else:
-            frame = _cell_frame(plan, attrs)
-            frame["estimate"] = table
-            frame["std_error"] = np.sqrt(np.maximum(var, 0))
+            frame = _with_interval(_cell_frame(plan, attrs), "estimate", np.asarray(table), var, z)
             path = folder / f"{table_files[attrs]}.csv"
             _write_csv(frame, path)
-            entry.update(file=path.name)
+            # every cell of the table at once: estimate +- simultaneous_z std_error
+            entry.update(file=path.name, simultaneous_z=multiplier(confidence, gaussian=gaussian, cells=len(frame)))
             if postprocessed and total is not None:
                 pp = _cell_frame(plan, attrs)
                 pp["count"] = _postprocess(table, total)
@@ -148,7 +166,7 @@ def write_table_files(
                 index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
                 continue
             path = folder / "answers" / f"{name}.csv"
-            _write_csv(_answers_frame(plan, v, *compute()), path)
+            _write_csv(_answers_frame(plan, v, *compute(), z), path)
             index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
     if postprocessed:
         index["postprocessed_note"] = (
