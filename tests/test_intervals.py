@@ -78,3 +78,19 @@ def test_the_release_spec_takes_a_confidence_and_refuses_a_bad_one():
     assert parse_release_spec({**base, "confidence": 0.99}).confidence == 0.99
     with pytest.raises(InputError, match="release spec: confidence"):
         parse_release_spec({**base, "confidence": 95})
+
+
+def test_the_answers_file_carries_every_answers_interval(tmp_path):
+    import h5py
+
+    plan = qs.make_plan("synthetic:n=3,d=2", "prefix:1,2", method="qs", beta=0.5)
+    records = pd.DataFrame({"a0": [0, 1, 2, 2], "a1": [1, 1, 0, 2]})
+    plan.measure(records, seed=3).reconstruct().save(tmp_path / "answers.h5")
+    with h5py.File(tmp_path / "answers.h5") as f:
+        g = f["views"]
+        z = f.attrs["z"]
+        assert f.attrs["confidence"] == 0.95 and z == pytest.approx(multiplier(0.95))
+        se = np.sqrt(g["variances"][:])
+        assert np.allclose(g["lower"][:], g["answers"][:] - z * se) and np.allclose(
+            g["upper"][:], g["answers"][:] + z * se
+        )

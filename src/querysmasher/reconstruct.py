@@ -8,9 +8,10 @@ pseudo-inverse) and its ``variances`` (known from the plan alone; none for HDMM)
 a release's publishable tables -- is written once against those two.
 
 The answers file holds, per workload view, its reconstructed table over the view's cells (kinds
-with per-view tables), and every query's answer and variance when the workload has at most
-``max_answers`` queries (always for kinds without tables); answers of larger workloads are computed
-from the tables when read (:func:`released_answers`).
+with per-view tables), and every query's answer, variance and confidence interval (``lower``,
+``upper`` at the file's ``confidence``, exact under Gaussian noise: :mod:`querysmasher.intervals`)
+when the workload has at most ``max_answers`` queries (always for kinds without tables); answers of
+larger workloads are computed from the tables when read (:func:`released_answers`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from .atomic import atomic_folder
 from .decompose import view_answers
 from .errors import InputError, require_finite
-from .intervals import DEFAULT_CONFIDENCE, check_confidence
+from .intervals import DEFAULT_CONFIDENCE, bounds, check_confidence, is_gaussian, multiplier
 from .io import atomic_h5, new_group, open_h5, put, put_json
 from .logs import progress
 from .measure import load_measurements, measure
@@ -69,10 +70,20 @@ def has_per_view_tables(plan) -> bool:
     return kind_of(plan).per_view_tables
 
 
-def save_answers(path: str | Path, est, variances=None, *, max_answers: int = DEFAULT_MAX_ANSWERS) -> dict:
+def save_answers(
+    path: str | Path,
+    est,
+    variances=None,
+    *,
+    max_answers: int = DEFAULT_MAX_ANSWERS,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict:
     """Write the answers file of estimates ``est`` (of ``est.plan``; module docstring), streaming
-    one view at a time. Returns a small summary dict."""
+    one view at a time; where the answers have variances, their intervals at ``confidence``
+    (``lower``, ``upper``; the file's ``confidence`` and ``z``: :mod:`querysmasher.intervals`).
+    Returns a small summary dict."""
     plan = est.plan
+    z = multiplier(check_confidence(confidence), gaussian=is_gaussian(plan))
     variances = variances_of(plan) if variances is None else variances
     tables = has_per_view_tables(plan)
     views = plan.workload.views
@@ -83,6 +94,8 @@ def save_answers(path: str | Path, est, variances=None, *, max_answers: int = DE
         f.attrs["workload"] = plan.workload.spec
         f.attrs["method"] = plan.method
         f.attrs["answers_written"] = write_answers
+        f.attrs["confidence"] = float(confidence)
+        f.attrs["z"] = z
         put_json(f, "budget", plan.budget.to_dict())
         g = new_group(f, "views")
         put(g, "attrs", np.array([a for v in views for a in v.attrs], dtype=np.int64))
@@ -113,10 +126,14 @@ def save_answers(path: str | Path, est, variances=None, *, max_answers: int = DE
                 vv = variances.view(v)
                 if vv is not None:
                     if var is None:
-                        var = g.create_dataset("variances", shape=(int(a_offs[-1]),), dtype="f8", track_times=False)
-                    var[a_offs[k] : a_offs[k + 1]] = require_finite(
-                        np.asarray(vv, dtype=float).ravel(), "variances", f"workload view {k}"
-                    )
+                        shape = (int(a_offs[-1]),)
+                        var, low, high = (
+                            g.create_dataset(name, shape=shape, dtype="f8", track_times=False)
+                            for name in ("variances", "lower", "upper")
+                        )
+                    part = slice(a_offs[k], a_offs[k + 1])
+                    var[part] = require_finite(np.asarray(vv, dtype=float).ravel(), "variances", f"workload view {k}")
+                    _, low[part], high[part] = bounds(ans[part], var[part], z)
     log.info(
         "reconstructed %d workload views (%d queries%s)",
         len(views),
@@ -191,9 +208,9 @@ def reconstruct_plan_to_file(
     with np.errstate(over="ignore", invalid="ignore"), load_measurements(measurements, plan_sha256, plan) as meas:
         est, variances = reconstruct(plan, meas), variances_of(plan)
         if not csv_dir:
-            return save_answers(out, est, variances, max_answers=limit)
+            return save_answers(out, est, variances, max_answers=limit, confidence=confidence)
         with atomic_folder(csv_dir, "--csv") as tmp:
-            info = save_answers(out, est, variances, max_answers=limit)
+            info = save_answers(out, est, variances, max_answers=limit, confidence=confidence)
             info["csv_tables"] = len(write_csv_tables(tmp, est, variances, confidence=confidence))
             return info
 
