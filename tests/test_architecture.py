@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan record", ("plan", "planfile", "residualkind")),
     ("planners", ("planners", "planners.*", "hdmm", "hdmm.*", "marginal_family", "marginal_family.*")),
     ("planning", ("planning", "planfiles")),
-    ("stages", ("measure", "reconstruct")),
+    ("stages", ("measure", "reconstruct", "consistent")),
     ("faces", ("api", "cli", "release", "testing", "pipeline", "pipeline.*", "__main__")),
 ]
 

@@ -173,12 +173,22 @@ def write_csv_tables(folder: str | Path, est, variances=None, *, confidence: flo
     return [folder / t["file"] for t in index["tables"] if t["file"]]
 
 
-def release_tables(plan, records, noise):
+def release_tables(plan, records, noise, *, consistent: bool = False):
     """A release of ``plan`` (checked by the caller before the records were read,
     :func:`querysmasher.measure.check_plan`; measuring re-checks its privacy cost): measure
     ``records`` with ``noise``, reconstruct, and return the publishable tables as
-    :func:`querysmasher.tablefiles.write_table_files` takes them."""
-    return table_data(reconstruct(plan, measure(plan, records, noise, seeded=noise.seeded)))
+    :func:`querysmasher.tablefiles.write_table_files` takes them, with (``consistent``) the
+    non-negative tables consistent on every shared margin (:mod:`querysmasher.consistent`, from the
+    measurements only; else None)."""
+    released = measure(plan, records, noise, seeded=noise.seeded)
+    tables, view_answers, total = table_data(reconstruct(plan, released))
+    agreed = None
+    if consistent:
+        from .consistent import consistent_tables  # loads cvxpy only where it is asked for
+
+        # over the tables whose cells are estimable: elsewhere the fit would not be determined
+        agreed = consistent_tables(plan, released, [attrs for attrs, table, *_ in tables if table is not None])
+    return tables, view_answers, total, agreed
 
 
 def reconstruct_plan_to_file(

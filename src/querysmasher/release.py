@@ -12,7 +12,8 @@ A release spec is one YAML file::
     neighbours: add-remove          # or replace
     method: qs                      # qs (default), or any method whose plan kind releases tables (qsplus too; not hdmm)
     on_invalid: error               # or drop
-    postprocess: false              # also write non-negative integer tables (labelled, biased)
+    postprocess: false              # true: also non-negative integer tables; consistent: also non-negative
+                                    #   tables agreeing on every shared margin (both labelled, biased)
     confidence: 0.95                # the level of every published interval (exact under Gaussian noise)
 
 :func:`run_release` plans, re-checks the privacy cost, measures with OpenDP's sampler (OS entropy,
@@ -77,6 +78,7 @@ class ReleaseSpec:
     method: str = "qs"
     on_invalid: str = "error"
     postprocess: bool = False
+    consistent: bool = False
     confidence: float = DEFAULT_CONFIDENCE
     source: str = ""  # the spec file it was read from (an input no output may overwrite)
 
@@ -164,8 +166,8 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
     if on_invalid not in ("error", "drop"):
         raise InputError("release spec: on_invalid", on_invalid, "must be error or drop")
     post = raw.get("postprocess", False)
-    if not isinstance(post, bool):
-        raise InputError("release spec: postprocess", post, "must be true or false")
+    if not (isinstance(post, bool) or post == "consistent"):
+        raise InputError("release spec: postprocess", post, "must be true, false or consistent")
     confidence = check_confidence(raw.get("confidence", DEFAULT_CONFIDENCE), "release spec: confidence")
     base = Path(base)
     parsed = tuple(_table(i, t) for i, t in enumerate(tables))
@@ -185,7 +187,8 @@ def parse_release_spec(raw, base: str | Path = ".") -> ReleaseSpec:
         _budget(raw["budget"], neighbours),
         method,
         on_invalid,
-        post,
+        post is True,
+        post == "consistent",
         confidence,
     )
 
@@ -232,10 +235,17 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     with atomic_folder(out) as tmp:
         records = record_data.load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)
         record_data.warn_dropped(records)  # that rows were dropped, never how many
-        tables, view_answers, total = release_tables(plan, records, noise)
+        tables, view_answers, total, consistent = release_tables(plan, records, noise, consistent=spec.consistent)
         del records
         index = write_table_files(
-            tmp, plan, tables, view_answers, total=total, postprocessed=spec.postprocess, confidence=spec.confidence
+            tmp,
+            plan,
+            tables,
+            view_answers,
+            total=total,
+            postprocessed=spec.postprocess,
+            confidence=spec.confidence,
+            consistent=consistent,
         )
         info = {
             "workload": plan.workload.spec,

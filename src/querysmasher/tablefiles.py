@@ -13,6 +13,8 @@ estimates or None, their variances or None, why omitted) per table, one (workloa
   ``upper``, queries numbered per attribute for product families;
 * ``postprocessed/<attrs>.csv`` (optional, clearly labelled): per-cell estimates made non-negative and
   integer, each table rescaled to the same estimated total. Biased; for display only.
+* ``consistent/<attrs>.csv`` (optional, clearly labelled): non-negative tables that agree on every
+  shared margin, estimated from the measurements (:mod:`querysmasher.consistent`). Biased.
 
 File names come from attribute names (data): never a path, never shared. Every file is written to a
 temporary name and renamed into place.
@@ -113,12 +115,14 @@ def write_table_files(
     postprocessed: bool = False,
     max_answers: int = 1_000_000,
     confidence: float = DEFAULT_CONFIDENCE,
+    consistent: dict | None = None,
 ) -> dict:
     """The publishable files of a plan of any kind: ``tables`` is one (attrs, cell
     estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
     (workload view, callable -> (answers, variances)) per workload view in the workload's order
     (computed only for views that are written), ``total`` the estimated total the postprocessed
-    tables are rescaled to (None: no postprocessed tables); ``confidence``: the intervals' level."""
+    tables are rescaled to (None: no postprocessed tables); ``confidence``: the intervals' level;
+    ``consistent``: {attrs: non-negative consistent cell estimates} to write beside them (None: none)."""
     folder = Path(folder)
     check_table_columns(plan.schema)
     confidence = check_confidence(confidence)
@@ -152,6 +156,12 @@ def write_table_files(
                 pp_path = folder / "postprocessed" / f"{table_files[attrs]}.csv"
                 _write_csv(pp, pp_path)
                 index["postprocessed"].append(str(pp_path.relative_to(folder)))
+        if consistent is not None and attrs in consistent:
+            agreed = _cell_frame(plan, attrs)
+            agreed["estimate"] = consistent[attrs]
+            agreed_path = folder / "consistent" / f"{table_files[attrs]}.csv"
+            _write_csv(agreed, agreed_path)
+            entry["consistent"] = str(agreed_path.relative_to(folder))
         index["tables"].append(entry)
     view_answers = list(view_answers)
     if view_answers:
@@ -168,6 +178,12 @@ def write_table_files(
             path = folder / "answers" / f"{name}.csv"
             _write_csv(_answers_frame(plan, v, *compute(), z), path)
             index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
+    if consistent is not None:
+        index["consistent_note"] = (
+            "non-negative tables that agree on every shared margin, the least-squares fit to the noisy "
+            "measurements under those constraints; biased (no standard errors); the unbiased estimates "
+            "with standard errors and intervals are the tables above"
+        )
     if postprocessed:
         index["postprocessed_note"] = (
             "non-negative integer counts, each table rescaled to the estimated total; biased, "
