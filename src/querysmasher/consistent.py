@@ -66,6 +66,9 @@ def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solv
         raise InputError("postprocess consistent", sum(cells.values()), f"tables of more than {MAX_CELLS} cells in all")
     ms = measurements_of(plan)
     ys = {int(i): np.asarray(y, dtype=float).reshape(-1) for i, y in zip(measurements.index, measurements.y)}
+    # the tables in units of the largest whitened measurement: counts of tens of thousands against
+    # unit noise left the interior point method without a solution
+    unit = max((float(np.max(np.abs(ys[m.index]))) / math.sqrt(m.scale) for m in ms), default=1.0) or 1.0
     variables = {t: cp.Variable(cells[t], nonneg=True) for t in tables}
     residuals = []
     for m in ms:
@@ -76,7 +79,7 @@ def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solv
             continue
         q = np.asarray(m.apply(np.eye(math.prod(sizes[a] for a in m.attrs))), dtype=float).reshape(m.rows, -1)
         op = q @ _marginal_matrix(sizes, home, tuple(m.attrs)) / math.sqrt(m.scale)
-        residuals.append(op @ variables[home] - ys[m.index] / math.sqrt(m.scale))
+        residuals.append(op @ variables[home] - ys[m.index] / math.sqrt(m.scale) / unit)
     if not residuals:
         raise InputError("postprocess consistent", plan.method, "no measurement reads inside a published table")
     constraints = []
@@ -91,4 +94,4 @@ def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solv
     problem.solve(solver=solver)
     if problem.status not in ("optimal", "optimal_inaccurate"):
         raise RuntimeError(f"the consistent tables' quadratic program ended {problem.status}")
-    return {t: np.maximum(np.asarray(variables[t].value, dtype=float), 0.0) for t in tables}
+    return {t: unit * np.maximum(np.asarray(variables[t].value, dtype=float), 0.0) for t in tables}
