@@ -36,6 +36,8 @@ CASES = [  # (method, workload, make_plan keywords)
     ("hdmm", "marginal:2", {}),
     ("hdmm", "prefix:1,2", {"noise": "laplace", "epsilon": 1.0}),
     ("qs", "marginal:2", {"neighbours": "replace"}),
+    # 1-attribute views: qsplus's mechanisms on whole 1-way marginals (total and residual together)
+    ("qsplus", "prefix:1", {"schema": Schema("uneven", (Attribute("a", 3, "numeric"), Attribute("b", 4, "numeric")))}),
     # an attribute of size 1 (constant): qsplus's views are over the others
     (
         "qsplus",

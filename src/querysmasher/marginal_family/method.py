@@ -36,7 +36,7 @@ OPTIONS = (
         open_low=True,
     ),
     Option(
-        "max_view_size", "int", "views of 2..this many attributes get a marginal-space mechanism (default 2)", low=2
+        "max_view_size", "int", "views of 1..this many attributes get a marginal-space mechanism (default 2)", low=1
     ),
     Option("max_iterations", "int", "iteration limit of the descent (default 20,000)", low=1),
     Option(
@@ -67,9 +67,9 @@ class QSPlusPlanner:
 
     @staticmethod
     def unsupported(workload) -> str:
-        """Why qsplus cannot plan ``workload`` ("" when it can): it needs a view of 2+ attributes."""
+        """Why qsplus cannot plan ``workload`` ("" when it can): it needs an attribute of size above 1."""
         if not marginal_view_attrs(workload, max_view_size=len(workload.schema)):
-            return "has no view of 2 or more attributes of size above 1 (qsplus is qs there)"
+            return "has no attribute of size above 1 (every query is the total: qsplus is qs there)"
         return ""
 
     @staticmethod

@@ -200,7 +200,7 @@ def plan(
     """Plan ``workload`` in the marginal family (module docstring).
 
     ``budget``: a :class:`~querysmasher.accounting.Budget` (default beta = 1; add-remove only).
-    ``max_view_size``: workload views of 2..this many attributes get a marginal-space mechanism
+    ``max_view_size``: workload views of 1..this many attributes get a marginal-space mechanism
     (larger ones keep their ``qs`` residual mechanisms), and only those of at most ``max_view_cells``
     cells (None: any; under "auto", on a non-uniform schema with more than AUTO_LARGE_VIEWS views
     above 400 cells, those stay residual, with a note: :func:`_auto_max_view_cells`). ``tie``: one shared mechanism
@@ -257,7 +257,9 @@ def plan(
     )
     qs_tv = float(residual_plan.total_variance * residual_plan.budget.beta)  # at beta = 1
     if not problem.views:
-        raise InputError("workload", workload.spec, f"has no view of 2..{max_view_size} attributes: qsplus is qs here")
+        raise InputError(
+            "workload", workload.spec, "has no attribute of size above 1: every query is the total, qsplus is qs here"
+        )
     factors, shares, tau = start_from_residual_plan(problem, residual_plan)
     t2 = time.perf_counter()
     # the start's objective (its bound comes with the descent's first round, when there is one)

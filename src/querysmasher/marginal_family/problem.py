@@ -1,6 +1,6 @@
 """The marginal-family problem: its structure (views, shared lower residuals) and its objective with gradient.
 
-Every *marginal view* g (a workload view of 2..``max_view_size`` attributes, not inside another one)
+Every *marginal view* g (a workload view of 1..``max_view_size`` attributes, not inside another one)
 gets a Gaussian mechanism with Gram X_g on its whole marginal (n_g cells). In the residual basis
 (:mod:`.basis`) the full-domain Gram is X = N sum_g (1/n_g) embed(Y_g), Y_g = U_g^T X_g U_g, and the
 workload Gram G = N sum_v (1/n_v) embed(W_v); N cancels in tr(G X^+). Coordinates split into
@@ -347,9 +347,11 @@ def informative_attrs(sizes: tuple[int, ...], attrs: tuple[int, ...]) -> tuple[i
 def marginal_view_attrs(
     workload: Workload, max_view_size: int = 2, max_view_cells: int | None = None
 ) -> list[tuple[int, ...]]:
-    """The attribute sets that get marginal mechanisms: the workload's sets of 2..``max_view_size``
+    """The attribute sets that get marginal mechanisms: the workload's sets of 1..``max_view_size``
     attributes of size above 1 (:func:`informative_attrs`) and at most ``max_view_cells`` cells
-    (None: any) not inside another such set.
+    (None: any) not inside another such set. A 1-attribute view gains too: its mechanism on the
+    attribute's whole marginal correlates the total with the attribute's residual, which the
+    residual family measures apart.
 
     >>> from querysmasher.schema import parse_schema
     >>> from querysmasher.workload import parse_workload
@@ -363,7 +365,7 @@ def marginal_view_attrs(
     cand = [
         a
         for a in attr_sets
-        if 2 <= len(a) <= max_view_size and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)
+        if 1 <= len(a) <= max_view_size and (max_view_cells is None or math.prod(sizes[i] for i in a) <= max_view_cells)
     ]
     return [a for a in cand if not any(set(a) < set(b) for b in cand)]
 
@@ -377,7 +379,7 @@ def build_problem(
     tie: bool | None = None,
 ) -> MarginalProblem:
     """The marginal-family problem of ``workload``: marginal views are the workload's attribute sets
-    of 2..``max_view_size`` attributes not inside another such set; ``residual_plan`` (a ``qs``
+    of 1..``max_view_size`` attributes not inside another such set; ``residual_plan`` (a ``qs``
     :class:`~querysmasher.plan.Plan` at beta = 1) gives the residual-only subsets' losses and costs.
     ``max_view_cells``: larger views keep their residual mechanisms too (their lower residuals are
     shared with the marginal views that contain them, or stay residual-only). ``tie``: share one
