@@ -350,16 +350,18 @@ class _Recorder:
 
 def hdmm_applied_cost(plan) -> float:
     """Privacy cost of what HDMM's measure applies, over the full domain: for each cell, every
-    released vector of the record in that cell (a unit data vector) through ``hdmm_measure`` with
+    released vector of a single record in that cell through the shared ``measure`` (its privacy
+    re-check included) with
     a recording noise source; Gaussian: max over cells of sum |A e|^2 / sigma^2 (beta, add-remove);
     Laplace: max over cells of sum |A e|_1 / b (epsilon)."""
-    from querysmasher.hdmm.release import hdmm_measure
+    from querysmasher.measure import measure
+    from querysmasher.testing import records_of_counts
 
     cells = plan.schema.domain_cells()
     worst = 0.0
     for x in range(cells):
         rec = _Recorder()
-        hdmm_measure(plan, np.eye(cells)[x], rec.source)
+        measure(plan, records_of_counts(plan.schema, np.eye(cells, dtype=np.int64)[x]), rec.source)
         total = sum(
             float(np.sum(c * c)) / s if how == "gaussian" else float(np.sum(np.abs(c))) / s for how, c, s in rec.calls
         )

@@ -6,10 +6,13 @@ import pytest
 from bruteforce import marginal_map, pinv, view_queries
 
 from querysmasher.accounting import Budget
+from querysmasher.data import Records
 from querysmasher.errors import InputError
-from querysmasher.hdmm import KronStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from querysmasher.hdmm import KronStrategy, PureBudget, plan_hdmm
 from querysmasher.hdmm.implicit import ImplicitWorkload
+from querysmasher.measure import measure
 from querysmasher.planning import make_plan
+from querysmasher.testing import records_of_counts, workload_answers
 from querysmasher.workload import parse_workload
 
 BETA1 = Budget.from_beta(1.0)
@@ -112,7 +115,8 @@ def test_measure_and_reconstruct(small_schema, template, spec):
     truth = [
         view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views
     ]
-    exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _ZeroNoise()))
+    records = records_of_counts(small_schema, x)
+    exact = workload_answers(plan, measure(plan, records, _ZeroNoise()))
     for a, t in zip(exact, truth):
         assert np.allclose(a, t)
     # the weighted squared error e^T D e, e ~ N(0, S_g) per group: mean tr(DS), variance 2 tr((DS)^2)
@@ -128,7 +132,7 @@ def test_measure_and_reconstruct(small_schema, template, spec):
     draws = 400
     total = 0.0
     for _ in range(draws):
-        ans = hdmm_reconstruct(plan, hdmm_measure(plan, x, rng))
+        ans = workload_answers(plan, measure(plan, records, rng))
         total += float(weights @ np.array([((a - t) ** 2).sum() for a, t in zip(ans, truth)]))
     assert abs(total / draws - plan.total_variance) <= 4 * np.sqrt(var_of_sum / draws)
 
@@ -137,7 +141,7 @@ def test_large_domains_are_planned_but_not_measured():
     p = plan_hdmm("synthetic:n=10,d=40", "prefix:1", BETA1, restarts=1)
     assert np.isfinite(p.rmse)
     with pytest.raises(InputError, match="full data vector"):
-        hdmm_measure(p, np.zeros(1), np.random.default_rng(0))
+        measure(p, Records(np.zeros((0, len(p.schema)), dtype=np.int64), p.schema), np.random.default_rng(0))
 
 
 def test_non_product_families_are_refused_in_one_line():

@@ -9,9 +9,11 @@ from bruteforce import definition_1d, marginal_map, view_queries
 from scipy.optimize import minimize
 
 from querysmasher.errors import InputError
-from querysmasher.hdmm import LaplaceStrategy, PureBudget, hdmm_measure, hdmm_reconstruct, plan_hdmm
+from querysmasher.hdmm import LaplaceStrategy, PureBudget, plan_hdmm
 from querysmasher.hdmm.files import load_hdmm_plan, save_hdmm_plan
 from querysmasher.hdmm.optimize_laplace import opt_0, p_identity
+from querysmasher.measure import measure
+from querysmasher.testing import records_of_counts, workload_answers
 
 EPS = 0.7
 CASES = [
@@ -62,7 +64,7 @@ def test_l1_sensitivity_of_the_applied_operator_by_brute_force(small_schema, pla
         e = np.zeros(cells)
         e[c] = 1.0
         rec = _Recorder()
-        meas = hdmm_measure(plan, e, rec)
+        meas = measure(plan, records_of_counts(small_schema, e), rec)
         blocks = list(meas.y)  # one released vector (every block of its strategy) per group
         assert len(rec.scales) == len(blocks) == len(plan.groups)
         worst = max(worst, sum(float(np.abs(y).sum()) / s for y, s in zip(blocks, rec.scales)))
@@ -96,14 +98,15 @@ def test_expected_error_against_monte_carlo(small_schema, plans, template, spec)
     truth = [
         view_queries(plan.workload, v) @ (marginal_map(small_schema.sizes, v.attrs) @ x) for v in plan.workload.views
     ]
-    exact = hdmm_reconstruct(plan, hdmm_measure(plan, x, _Recorder()))
+    records = records_of_counts(small_schema, x)
+    exact = workload_answers(plan, measure(plan, records, _Recorder()))
     assert all(np.allclose(a, t) for a, t in zip(exact, truth))  # unbiased: exact without noise
     weights = [v.weight for v in plan.workload.views]
     draws = np.array(
         [
             sum(
                 w * float(((a - t) ** 2).sum())
-                for w, a, t in zip(weights, hdmm_reconstruct(plan, hdmm_measure(plan, x, rng)), truth)
+                for w, a, t in zip(weights, workload_answers(plan, measure(plan, records, rng)), truth)
             )
             for _ in range(400)
         ]

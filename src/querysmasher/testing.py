@@ -29,7 +29,7 @@ import numpy as np
 
 from . import variances
 from .accounting import Budget
-from .data import validate_records
+from .data import Records, validate_records
 from .decompose import decompose, view_query_matrix
 from .families import query_matrix_1d
 from .linalg import kron_dense
@@ -49,6 +49,8 @@ __all__ = [
     "check_solver",
     "full_privacy_gram",
     "full_workload",
+    "records_of_counts",
+    "workload_answers",
     "marginal_map",
     "view_queries",
     "pinv",
@@ -83,6 +85,30 @@ def pinv(x: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
     w, v = np.linalg.eigh((x + x.T) / 2)
     keep = w > rtol * max(float(w.max(initial=0.0)), 1e-300)
     return (v[:, keep] / w[keep]) @ v[:, keep].T
+
+
+def records_of_counts(schema: Schema, counts) -> Records:
+    """Records whose full-domain histogram (cells row-major in schema order) is ``counts``
+    (non-negative integers): a data vector given to the shared measure path as records.
+
+    >>> len(records_of_counts(Schema("s", (Attribute("a", 2, "numeric"),)), [3, 1]))
+    4
+    """
+    counts = np.asarray(counts)
+    if counts.shape != (schema.domain_cells(),) or np.any(counts < 0) or np.any(counts != np.round(counts)):
+        raise ValueError("counts must be one non-negative integer per cell of the domain")
+    cells = np.repeat(np.arange(counts.size), counts.astype(np.int64))
+    codes = np.stack(np.unravel_index(cells, schema.sizes), axis=1) if len(schema) else np.zeros((cells.size, 0))
+    return Records(codes.astype(np.int64), schema)
+
+
+def workload_answers(plan, measurements) -> list[np.ndarray]:
+    """Every workload view's answers (in ``plan.workload.views`` order) from ``measurements``,
+    through the plan's kind (:func:`querysmasher.reconstruct.reconstruct`)."""
+    from .reconstruct import reconstruct  # loads h5py only where it is used
+
+    est = reconstruct(plan, measurements)
+    return [np.asarray(est.view_answers(v)) for v in plan.workload.views]
 
 
 def marginal_map(sizes: tuple[int, ...], attrs: tuple[int, ...]) -> np.ndarray:

@@ -20,19 +20,5 @@ __all__ = [
     "DEFAULT_TEMPLATES",
     "HDMMGroup",
     "HDMMPlan",
-    "hdmm_measure",
-    "hdmm_reconstruct",
     "plan_hdmm",
 ]
-
-
-_RELEASE_NAMES = ("hdmm_measure", "hdmm_reconstruct")
-
-
-def __getattr__(name: str):
-    # the release code (noise, records) loads only when asked for, so planning never imports it
-    if name in _RELEASE_NAMES:
-        from . import release  # loaded on first use: importing the package never loads it (the workflow's fingerprints)
-
-        return getattr(release, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,6 @@ import numpy as np
 from ..decompose import lifted_queries, view_answers
 from ..errors import InputError
 from ..measurement import LinearMeasurement, Measurements
-from ..noise import as_noise, make_noise
 from .plan import MAX_DOMAIN_CELLS, HDMMPlan, check_domain, noise_cost
 
 __all__ = [
@@ -25,8 +24,6 @@ __all__ = [
     "check_measurable",
     "HDMMEstimates",
     "HDMMVariances",
-    "hdmm_measure",
-    "hdmm_reconstruct",
 ]
 
 
@@ -126,30 +123,3 @@ class HDMMVariances:
 
     def cells(self, attrs) -> tuple[None, str]:
         return None, f"{self.plan.method} answers have no per-view tables"
-
-
-def hdmm_measure(
-    plan: HDMMPlan, x_full: np.ndarray, rng=None, *, max_domain_cells: int = MAX_DOMAIN_CELLS
-) -> Measurements:
-    """Every group's measurement (:func:`hdmm_measurements`) of a full data vector (cells row-major
-    in schema order). ``rng``: a :class:`querysmasher.noise.NoiseSource`, a numpy generator
-    (experiments), or None for OpenDP's samplers with OS entropy (releases)."""
-    ms = hdmm_measurements(plan, max_domain_cells)
-    cells = plan.schema.domain_cells()
-    x = np.asarray(x_full, dtype=float)
-    if x.shape != (cells,):
-        raise InputError(
-            "data vector", f"shape {x.shape}", f"must have shape ({cells},): one count per cell of the domain"
-        )
-    noise = make_noise() if rng is None else as_noise(rng)
-    return Measurements(
-        np.arange(len(ms), dtype=np.int64), [m.release(x, noise) for m in ms], noise.seeded, sampler=noise.sampler
-    )
-
-
-def hdmm_reconstruct(
-    plan: HDMMPlan, meas: Measurements, *, max_domain_cells: int = MAX_DOMAIN_CELLS
-) -> list[np.ndarray]:
-    """Workload answers, one array per workload view (in ``plan.workload.views`` order)."""
-    est = HDMMEstimates(plan, meas, max_domain_cells)
-    return [est.view_answers(v) for v in plan.workload.views]
