@@ -35,20 +35,26 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from .errors import InputError
-from .fulldomain import marginalise
 from .measure import measurements_of
 
 __all__ = ["consistent_tables", "MAX_CELLS"]
 
 MAX_CELLS = 200_000  # the tables' cells: the problem is one sparse quadratic program over them
+MAX_VIEW_CELLS = 4096  # a measurement's operator is formed densely over its view's cells (128 MB at most)
 
 
-def _marginal_matrix(sizes, attrs: tuple[int, ...], sub: tuple[int, ...]) -> np.ndarray:
-    """The matrix taking a table over ``attrs`` (cells row-major) to its marginal over ``sub``."""
+def _marginal_matrix(sizes, attrs: tuple[int, ...], sub: tuple[int, ...]) -> sp.csr_matrix:
+    """The sparse 0/1 matrix taking a table over ``attrs`` (cells row-major) to its marginal over
+    ``sub``: each cell to the sub-cell it falls in (one entry per cell, never cells x cells dense)."""
     local = tuple(sizes[a] for a in attrs)
-    return marginalise(np.eye(math.prod(local)), local, tuple(i for i, a in enumerate(attrs) if a in sub))
+    keep = [i for i, a in enumerate(attrs) if a in sub]
+    cells = math.prod(local)
+    coords = np.unravel_index(np.arange(cells), local) if local else ()
+    rows = np.ravel_multi_index([coords[i] for i in keep], [local[i] for i in keep]) if keep else np.zeros(cells, int)
+    return sp.csr_matrix((np.ones(cells), (rows, np.arange(cells))), shape=(math.prod(local[i] for i in keep), cells))
 
 
 def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solver: str = "CLARABEL") -> dict:
@@ -56,7 +62,8 @@ def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solv
     order), consistent on every shared margin, from ``measurements`` (the release's noisy vectors,
     :class:`querysmasher.measurement.Measurements`) of ``plan`` (module docstring). An InputError
     when no measurement reads inside a table (a full-domain strategy: HDMM), when the noise is not
-    Gaussian, or when the tables hold more than MAX_CELLS cells."""
+    Gaussian, or when the tables hold more than MAX_CELLS cells or a measurement's view more than
+    MAX_VIEW_CELLS."""
     import cvxpy as cp  # heavy: imported only when consistent tables are asked for
 
     sizes = plan.schema.sizes
@@ -77,6 +84,11 @@ def consistent_tables(plan, measurements, tables: list[tuple[int, ...]], *, solv
         home = next((t for t in tables if set(m.attrs) <= set(t)), None)
         if home is None:
             continue
+        view_cells = math.prod(sizes[a] for a in m.attrs)
+        if view_cells > MAX_VIEW_CELLS:
+            raise InputError(
+                "postprocess consistent", view_cells, f"a measured view of more than {MAX_VIEW_CELLS} cells"
+            )
         q = np.asarray(m.apply(np.eye(math.prod(sizes[a] for a in m.attrs))), dtype=float).reshape(m.rows, -1)
         op = q @ _marginal_matrix(sizes, home, tuple(m.attrs)) / math.sqrt(m.scale)
         residuals.append(op @ variables[home] - ys[m.index] / math.sqrt(m.scale) / unit)
