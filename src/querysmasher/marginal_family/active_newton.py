@@ -95,7 +95,8 @@ REENTRY_RTOL = 1e-9
 CONE_FLOOR = 1e-3
 # with a barrier (``newton_steps(barrier=...)``): the step keeps this fraction of the way to the cone's
 # boundary; the barrier falls by BARRIER_FALL once the model's decrease is at most CENTRED of its
-# share of the gap, and the steps have converged once centred at BARRIER_FINAL
+# share of the gap; centred at BARRIER_FINAL, the steps go on without it (CONVERGED), so that the
+# multipliers certifying the point are the barrier-free problem's
 TO_BOUNDARY = 0.95
 BARRIER_FALL = 10.0
 CENTRED = 0.1
@@ -237,7 +238,7 @@ def newton_steps(
     (MAX_UNION, MAX_PROJECTION_BYTES). ``barrier`` > 0: on the way, the barrier -mu sum_g log det Y_g
     with mu this fraction of f per coordinate (so its share of the certified gap), divided by
     BARRIER_FALL each time the point is centred (the model's decrease at most CENTRED of that share),
-    converged once centred at BARRIER_FINAL; 0: the cone projections and CONVERGED."""
+    then, once centred at BARRIER_FINAL, without it to CONVERGED; 0: the cone projections and CONVERGED."""
     t0 = time.perf_counter()
     bases = [v.basis for v in rp.views]
     if any(b is None for b in bases) or sum(len(y) for y in ys) == 0:
@@ -266,6 +267,7 @@ def newton_steps(
     ys = [(y + y.T) / 2 for y in ys]
     weights = [np.zeros(b.shape[0]) for b in bases]
     message, taken, accepted, short, last, working = "steps", 0, 0, 0, 0.0, None
+    unbarred = False  # the barrier reached BARRIER_FINAL, centred: the steps go on without it
     while taken < steps:
         if time.perf_counter() - t0 > max_seconds:
             message = "time limit"
@@ -370,14 +372,17 @@ def newton_steps(
             if centred and barrier > BARRIER_FINAL * (1 + 1e-9):  # rounding at this barrier: on to the next
                 barrier /= BARRIER_FALL
                 continue
-            message = "converged" if centred else "no decrease"
+            if centred:  # centred at the last barrier: finished without it (its multipliers certify)
+                barrier, unbarred = 0.0, True
+                continue
+            message = "converged" if centred or unbarred else "no decrease"
             break
         ys, tau = new[0], new[1]
         accepted += 1
         if mu > 0 and centred:
             if barrier <= BARRIER_FINAL * (1 + 1e-9):  # (falling by tenths leaves rounding)
-                message = "converged"
-                break
+                barrier, unbarred = 0.0, True  # the last steps without it: its multipliers certify
+                continue
             barrier /= BARRIER_FALL
         if mu == 0 and -model <= CONVERGED * f:
             message = "converged"
