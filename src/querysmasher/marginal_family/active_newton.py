@@ -375,7 +375,7 @@ def newton_steps(
             if centred:  # centred at the last barrier: finished without it (its multipliers certify)
                 barrier, unbarred = 0.0, True
                 continue
-            message = "converged" if centred or unbarred else "no decrease"
+            message = "converged" if unbarred else "no decrease"  # (no decrease left without the barrier)
             break
         ys, tau = new[0], new[1]
         accepted += 1
