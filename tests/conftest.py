@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,27 @@ REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 SMALL_SCHEMA_YAML = "A: 3\nB: {size: 4, kind: categorical}\nC: 2\nD: 3\n"
 # A synthetic [4]^3 schema (64 cells) and the records the measure/reconstruct tests draw on it.
 TINY_SCHEMA = "synthetic:n=4,d=3"
+
+
+@pytest.fixture(scope="session")
+def _no_slurm_controller_probe(tmp_path_factory) -> str:
+    """A directory whose ``scontrol`` fails at once (see :func:`_local_snakemake_skips_the_slurm_probe`)."""
+    d = tmp_path_factory.mktemp("no-slurm-probe")
+    shim = d / "scontrol"
+    shim.write_text("#!/bin/sh\nexit 1\n")
+    shim.chmod(0o755)
+    return str(d)
+
+
+@pytest.fixture(autouse=True)
+def _local_snakemake_skips_the_slurm_probe(request, monkeypatch, _no_slurm_controller_probe):
+    """Every snakemake process imports the SLURM executor plugin, which at import runs
+    ``scontrol show config``: where SLURM's client is installed but no controller answers (this
+    machine before tests/cluster/start_slurm.sh), that call waits 9 s, in every snakemake run of
+    every workflow test. The tests outside tests/cluster run snakemake locally and never use SLURM,
+    so their ``scontrol`` fails at once (the plugin then reads no MinJobAge, as without SLURM)."""
+    if request.node.get_closest_marker("cluster") is None:
+        monkeypatch.setenv("PATH", _no_slurm_controller_probe + os.pathsep + os.environ.get("PATH", ""))
 
 
 @pytest.fixture
