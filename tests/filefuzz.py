@@ -336,7 +336,7 @@ class _Recorder:
         from querysmasher.noise import NoiseSource
 
         class Source(NoiseSource):
-            def add_gaussian(src, clean, sigma2, draws=None):
+            def add_gaussian(src, clean, sigma2, draws=None, sensitivity2=None):
                 self.calls.append(("gaussian", np.array(clean, dtype=float), float(sigma2)))
                 return np.array(clean, dtype=float)
 

@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "options",
             "accounting",
             "allocation",
+            "discrete_gaussian",
             "noise",
             "intervals",
             "data",

@@ -301,7 +301,7 @@ def test_a_noise_scale_the_sampler_cannot_draw_is_refused_before_records_are_rea
 
 
 @pytest.mark.parametrize("method", ["rp", "qsplus", "hdmm"])
-@pytest.mark.parametrize("sampler", ["numpy", "opendp"])
+@pytest.mark.parametrize("sampler", ["numpy", "discrete", "opendp"])
 def test_every_measurements_file_records_its_sampler(made, method, sampler):
     d, plans = made
     out = d / f"{method}-{sampler}.h5"
@@ -357,7 +357,7 @@ def test_release_json_records_the_sampler(tmp_path):
     spec = {"data": "d.csv", "domain": "dom.yaml", "tables": [{"marginal": ["a", "b"]}], "budget": {"rho": 0.5}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     assert main(["release", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "-q"]) == 0
-    assert json.loads((tmp_path / "out" / "release.json").read_text())["sampler"] == "opendp"
+    assert json.loads((tmp_path / "out" / "release.json").read_text())["sampler"] == "discrete"
 
 
 def _rank_deficient_residual(f):
@@ -419,7 +419,7 @@ def test_a_residual_plan_that_cannot_answer_its_workload_is_refused_before_recor
     assert not (tmp_path / "m.h5").exists()
 
 
-@pytest.mark.parametrize("sampler", ["opendp", "numpy"])
+@pytest.mark.parametrize("sampler", ["discrete", "opendp", "numpy"])
 def test_a_release_saved_from_the_python_api_records_its_sampler(tmp_path, sampler):
     """In-memory residual measurements carry their sampler to the file they are saved as (they were
     saved as 'numpy' whichever sampler drew the noise)."""

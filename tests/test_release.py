@@ -40,7 +40,7 @@ def test_release_writes_the_named_tables_with_standard_errors_and_no_record_coun
     out = tmp_path / "release"
     assert main(["release", _write(tmp_path, raw), "--out", str(out)]) == 0
     info = json.loads((out / "release.json").read_text())
-    assert info["sampler"] == "opendp" and info["seeded"] is False
+    assert info["sampler"] == "discrete" and info["seeded"] is False
     assert info["budget"]["neighbours"] == "replace" and info["budget"]["source"] == "epsilon-delta"
     assert info["privacy_cost_checked"] <= info["budget"]["beta"]
     assert info["workload"] == "marginal:(age,sex)+prefix:(age,income)@2"

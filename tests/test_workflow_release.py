@@ -62,7 +62,7 @@ def test_release_mode_writes_the_release_and_nothing_derived_from_the_records(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "results" / "releases" / "r1"
     info = json.loads((out / "release.json").read_text())
-    assert info["sampler"] == "opendp" and info["seeded"] is False
+    assert info["sampler"] == "discrete" and info["seeded"] is False
     assert (out / "a__b.csv").is_file() and (out / "answers" / "prefix__a.csv").is_file()
     # nothing but the release under results/releases/: its log and benchmark live elsewhere
     assert sorted(p.name for p in (tmp_path / "results" / "releases").iterdir()) == ["r1"]

@@ -171,9 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--sampler",
-        choices=("opendp", "numpy"),
-        help="Gaussian sampler: opendp (default without --seed: floating-point safe, OS entropy) "
-        "or numpy (fast; the only one with --seed)",
+        choices=("discrete", "opendp", "numpy"),
+        help="Gaussian sampler: discrete (default without --seed: exact discrete Gaussian, OS entropy), "
+        "opendp (OpenDP's, exact, slower) or numpy (fast, not floating-point safe; the only one with --seed)",
     )
     m.add_argument("--out", required=True, help="measurements file (HDF5): the release")
 

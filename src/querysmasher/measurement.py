@@ -62,7 +62,7 @@ class LinearMeasurement:
             if draws is not None:
                 raise ValueError("Laplace measurements are drawn one release at a time")
             return noise.add_laplace(clean, self.scale, self.cost)
-        return noise.add_gaussian(clean, self.scale, draws)
+        return noise.add_gaussian(clean, self.scale, draws, sensitivity2=self.cost)
 
     @property
     def privacy_cost(self) -> float:

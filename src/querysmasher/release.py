@@ -230,7 +230,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
             "makes plans without per-view tables (answers only): a release publishes tables",
         )
     cost = check_plan(plan)  # before any record is read
-    noise = make_noise(None, "opendp")
+    noise = make_noise(None, "discrete")
     # the lock is taken before any record is read: a second release into the same folder fails now
     with atomic_folder(out) as tmp:
         records = record_data.load_records(spec.data, schema, domain_file=spec.domain, on_invalid=spec.on_invalid)

@@ -33,7 +33,7 @@ from ..decompose import view_query_matrix
 from ..errors import InputError
 from ..families import query_matrix_1d
 from .basis import from_residual, to_residual, view_coords
-from .operators import Measurement, applied_privacy_cost, measurement_operators
+from .operators import Measurement, applied_privacy_cost, measurement_operators, operator_cost
 
 __all__ = [
     "measure_marginals",
@@ -48,9 +48,9 @@ __all__ = [
 ]
 
 
-def _add_noise(noise, clean: np.ndarray, sigma2: float) -> np.ndarray:
+def _add_noise(noise, clean: np.ndarray, sigma2: float, sensitivity2: float) -> np.ndarray:
     if hasattr(noise, "add_gaussian"):
-        return noise.add_gaussian(clean, sigma2)
+        return noise.add_gaussian(clean, sigma2, sensitivity2=sensitivity2)
     if isinstance(noise, np.random.Generator):
         return clean + noise.standard_normal(clean.shape) * math.sqrt(sigma2)
     if callable(noise):
@@ -74,7 +74,13 @@ def measure_marginals(plan, marginals: dict[tuple[int, ...], np.ndarray] | Calla
             "plan privacy cost", cost, f"exceeds its budget beta {plan.budget.beta!r}: refusing to measure"
         )
     get = marginals if callable(marginals) else (lambda a: marginals[tuple(a)])
-    return [_add_noise(noise, m.operator @ np.asarray(get(m.attrs), dtype=float), m.sigma2) for m in ops]
+    neighbours = plan.budget.neighbours
+    return [
+        _add_noise(
+            noise, m.operator @ np.asarray(get(m.attrs), dtype=float), m.sigma2, operator_cost(m.operator, neighbours)
+        )
+        for m in ops
+    ]
 
 
 def view_queries(workload, v) -> np.ndarray:
