@@ -1,11 +1,12 @@
-"""Benchmark: measure with each Gaussian sampler (numpy vs OpenDP) on the Table 7 row (issue 12).
+"""Benchmark: measure with each Gaussian sampler (numpy, discrete, OpenDP) on the Table 7 row.
 
 Plans range:1+affine:2+prefix:3 on synthetic:n=40,d=40 (qs), draws 100,000 synthetic records as in
-bench_measure.py, times the privacy re-check, the whole measure (marginals, X^(1/2), noise; numpy),
-and each sampler alone on vectors of the largest view's size; OpenDP's time for every view is
-extrapolated from that rate (printed as such) unless ``--full-opendp``. Usage:
+bench_measure.py, times the privacy re-check, the whole measure (marginals, X^(1/2), noise) with
+the samplers named by ``--full`` (default numpy), and each sampler alone on vectors of the largest
+view's size; the noise time for every view is extrapolated from that rate (printed as such).
+Usage:
 
-    python bench/bench_sampler.py [--repeats 3] [--full-opendp] [--out bench/out/sampler.json]
+    python bench/bench_sampler.py [--repeats 3] [--full numpy,discrete] [--out bench/out/sampler.json]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main() -> None:
     ap.add_argument("--method", default="qs")
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=3, help="largest-view noise vectors drawn per sampler")
-    ap.add_argument("--full-opendp", action="store_true", help="also run the whole measure with opendp (hours)")
+    ap.add_argument("--full", default="numpy", help="samplers that run the whole measure (opendp: hours)")
     ap.add_argument("--out", default="bench/out/sampler.json")
     args = ap.parse_args()
 
@@ -63,9 +64,9 @@ def main() -> None:
     out["check_seconds"] = round(time.perf_counter() - t, 2)
     print("check", out["check_seconds"], flush=True)
 
-    for sampler in ("numpy", "opendp"):
+    for sampler in ("numpy", "discrete", "opendp"):
         noise = make_noise(None, sampler)
-        if sampler == "numpy" or args.full_opendp:
+        if sampler in args.full.split(","):
             t = time.perf_counter()
             n = sum(y.size for _, y in measure_iter(plan, records, noise))
             out["samplers"][sampler] = {"measure_all_views_seconds": round(time.perf_counter() - t, 2), "cells": n}
@@ -75,7 +76,7 @@ def main() -> None:
         clean = np.zeros(max(cells))
         t = time.perf_counter()
         for _ in range(args.repeats):
-            noise.add_gaussian(clean, 1.0)
+            noise.add_gaussian(clean, 1.0, sensitivity2=1.0)
         rate = (time.perf_counter() - t) / (args.repeats * clean.size)
         out["samplers"][sampler].update(
             {
