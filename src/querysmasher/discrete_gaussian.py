@@ -197,9 +197,9 @@ def discrete_gaussian(tau: float, e: int, n: int) -> _Draw:
         done = slots[idx]
         sign[done] = np.where(negative[idx], -1, 1)
         hi[done], lo[done] = m_hi[idx], m_lo[idx]
-        for i in idx:
-            if int(i) in magnitude_exact:
-                exact[int(slots[i])] = (-1 if negative[i] else 1) * magnitude_exact[int(i)]
+        for i, mag in magnitude_exact.items():
+            if accept[i]:
+                exact[int(slots[i])] = (-1 if negative[i] else 1) * mag
         pending = np.setdiff1d(pending, done, assume_unique=True)
     return _Draw(sign, hi, lo, exact)
 
