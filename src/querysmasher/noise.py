@@ -39,7 +39,6 @@ __all__ = [
     "make_noise",
     "as_noise",
     "SAMPLERS",
-    "EXACT_SAMPLERS",
     "MAX_NOISE_VARIANCE",
     "MAX_LAPLACE_SCALE",
     "check_noise_scales",
@@ -54,7 +53,6 @@ MAX_LAPLACE_SCALE = 1e150
 _MAP_RTOL = 1e-9  # OpenDP's privacy map may exceed the planned cost by rounding only
 
 SAMPLERS: tuple[str, ...] = ("discrete", "opendp", "numpy")
-EXACT_SAMPLERS = ("discrete", "opendp")  # neither seeded nor floating-point leaky: for releases
 
 
 @dataclass
