@@ -45,7 +45,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workloadfile",
             "paper",
             "plankinds",
-            "tablefiles",
             "importgraph",
             "measurement",
         ),
@@ -57,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan record", ("plan", "planfile", "residualkind")),
     ("planners", ("planners", "planners.*", "hdmm", "hdmm.*", "marginal_family", "marginal_family.*")),
     ("planning", ("planning", "planfiles")),
-    ("stages", ("measure", "reconstruct", "consistent")),
+    ("stages", ("measure", "simultaneous", "tablefiles", "reconstruct", "consistent")),
     ("faces", ("api", "cli", "release", "testing", "pipeline", "pipeline.*", "__main__")),
 ]
 

@@ -8,9 +8,8 @@ asymptotics, no record count, no assumption on the data. Under Laplace noise (HD
 plans) the error is a sum of Laplace variables whose quantiles have no closed form; there
 z = 1 / sqrt(1 - c) (Chebyshev's inequality): the coverage is at least c, conservatively.
 
-A table's simultaneous interval covers all of its m cells at once with probability at least c
-(Bonferroni: each cell at level 1 - (1 - c) / m); its half-widths are ``simultaneous_z *
-std_error``.
+``multiplier(c, cells=m)`` is Bonferroni's simultaneous z over m estimates (each at level
+1 - (1 - c) / m); the published simultaneous intervals are :mod:`querysmasher.simultaneous`'s.
 
 >>> round(multiplier(0.95), 4), round(multiplier(0.95, gaussian=False), 4)
 (1.96, 4.4721)

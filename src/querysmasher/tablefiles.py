@@ -8,9 +8,11 @@ estimates or None, their variances or None, why omitted) per table, one (workloa
 * ``<attrs>.csv``: per-cell ``estimate``, ``std_error`` and the confidence interval's ``lower`` and
   ``upper`` bounds (:mod:`querysmasher.intervals`: exact under Gaussian noise); a table given as
   None gets no file, and ``tables.json`` says why; ``tables.json`` also gives the confidence, what
-  the coverage is, and per table the multiplier of its simultaneous interval (every cell at once);
+  the coverage is, and per table the multiplier of its simultaneous interval (every cell at once:
+  :mod:`querysmasher.simultaneous`) and how it was found;
 * ``answers/<family>__<attrs>.csv``: every workload query's ``answer``, ``std_error``, ``lower`` and
-  ``upper``, queries numbered per attribute for product families;
+  ``upper``, queries numbered per attribute for product families, each file's simultaneous interval
+  in ``tables.json`` as for a table;
 * ``postprocessed/<attrs>.csv`` (optional, clearly labelled): per-cell estimates made non-negative and
   integer, each table rescaled to the same estimated total. Biased; for display only.
 * ``consistent/<attrs>.csv`` (optional, clearly labelled): non-negative tables that agree on every
@@ -32,6 +34,7 @@ from .errors import InputError
 from .families import count_1d
 from .filenames import distinct_file_names
 from .intervals import DEFAULT_CONFIDENCE, bounds, check_confidence, interval_kind, is_gaussian, multiplier
+from .simultaneous import bound, is_simulated, simulated
 from .workload import WorkloadView
 
 __all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
@@ -105,6 +108,25 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
     return _with_interval(frame, "answer", np.asarray(answers), variances, z)
 
 
+def _simultaneous(plan, measured, view_answers, written, counts, confidence) -> dict:
+    """{("table", attrs) or ("answers", k): (z, how)} of the simultaneous intervals the simulation
+    gives (:mod:`querysmasher.simultaneous`; empty where it does not run: each set then takes
+    :func:`~querysmasher.simultaneous.bound`), and {("computed", k): (answers, variances)} of the
+    written answer views it needed (computed once)."""
+    values = sum(len(var) for *_, var in measured) + sum(counts[k] for k in written)
+    if not is_simulated(plan, values):
+        return {}
+    out: dict = {}
+    sets = [(("table", attrs), var, lambda est, a=attrs: est.table(a)) for attrs, _, var in measured]
+    for k in written:
+        v, compute = view_answers[k]
+        out["computed", k] = compute()
+        if out["computed", k][1] is not None:  # a kind without variances has no intervals
+            sets.append((("answers", k), out["computed", k][1], lambda est, v=v: est.view_answers(v)))
+    out.update(simulated(plan, sets, confidence))
+    return out
+
+
 def write_table_files(
     folder: str | Path,
     plan,
@@ -140,6 +162,15 @@ def write_table_files(
     views = [attrs for attrs, *_ in tables]
     # file names from attribute names (data read from a domain file): never a path, never shared
     table_files = dict(zip(views, distinct_file_names([names[a] for a in attrs] for attrs in views)))
+    view_answers = list(view_answers)
+    answer_files = distinct_file_names(
+        (v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
+        for k, (v, _) in enumerate(view_answers)
+    )
+    counts = [plan.workload.view_count(v) for v, _ in view_answers]
+    written = [k for k, n in enumerate(counts) if n <= max_answers]
+    measured = [(attrs, table, var) for attrs, table, var, _ in tables if table is not None and var is not None]
+    joint = _simultaneous(plan, measured, view_answers, written, counts, confidence)
     for attrs, table, var, why in tables:
         entry = {"view": [names[a] for a in attrs]}
         if table is None or var is None:
@@ -149,7 +180,8 @@ def write_table_files(
             path = folder / f"{table_files[attrs]}.csv"
             _write_csv(frame, path)
             # every cell of the table at once: estimate +- simultaneous_z std_error
-            entry.update(file=path.name, simultaneous_z=multiplier(confidence, gaussian=gaussian, cells=len(frame)))
+            z_all, how = joint.get(("table", attrs)) or bound(plan, confidence, len(frame))
+            entry.update(file=path.name, simultaneous_z=z_all, simultaneous=how)
             if postprocessed and total is not None:
                 pp = _cell_frame(plan, attrs)
                 pp["count"] = _postprocess(table, total)
@@ -163,21 +195,18 @@ def write_table_files(
             _write_csv(agreed, agreed_path)
             entry["consistent"] = str(agreed_path.relative_to(folder))
         index["tables"].append(entry)
-    view_answers = list(view_answers)
-    if view_answers:
-        answer_files = distinct_file_names(
-            (v.family, *(names[a] for a in v.attrs), *((str(k),) if v.family == "custom" else ()))
-            for k, (v, _) in enumerate(view_answers)
-        )
-        for k, (v, compute) in enumerate(view_answers):
-            n = plan.workload.view_count(v)
-            name = answer_files[k]
-            if n > max_answers:
-                index["answers"].append({"view": name, "file": None, "omitted": f"{n} queries > {max_answers}"})
-                continue
-            path = folder / "answers" / f"{name}.csv"
-            _write_csv(_answers_frame(plan, v, *compute(), z), path)
-            index["answers"].append({"view": name, "file": str(path.relative_to(folder)), "weight": v.weight})
+    for k, (v, compute) in enumerate(view_answers):
+        name = answer_files[k]
+        if counts[k] > max_answers:
+            index["answers"].append({"view": name, "file": None, "omitted": f"{counts[k]} queries > {max_answers}"})
+            continue
+        path = folder / "answers" / f"{name}.csv"
+        answers, variances = joint.pop(("computed", k), None) or compute()
+        _write_csv(_answers_frame(plan, v, answers, variances, z), path)
+        entry = {"view": name, "file": str(path.relative_to(folder)), "weight": v.weight}
+        if variances is not None:  # every answer of the file at once: answer +- simultaneous_z std_error
+            entry["simultaneous_z"], entry["simultaneous"] = joint.get(("answers", k)) or bound(plan, confidence, counts[k])
+        index["answers"].append(entry)
     if consistent is not None:
         index["consistent_note"] = (
             "non-negative tables that agree on every shared margin, the least-squares fit to the noisy "
