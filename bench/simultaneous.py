@@ -45,7 +45,8 @@ def main() -> None:
     for schema, workload in CASES:
         plan = make_plan(schema, workload, method=args.method, beta=0.5)
         var = variances_of(plan)
-        sets = [(("answers", k), var.view(v), lambda e, v=v: e.view_answers(v)) for k, v in enumerate(plan.workload.views)]
+        views = enumerate(plan.workload.views)
+        sets = [(("answers", k), var.view(v), lambda e, v=v: e.view_answers(v)) for k, v in views]
         for attrs in dict.fromkeys(v.attrs for v in plan.workload.views):
             cells, _ = var.cells(attrs)
             if cells is not None:

@@ -205,7 +205,8 @@ def write_table_files(
         _write_csv(_answers_frame(plan, v, answers, variances, z), path)
         entry = {"view": name, "file": str(path.relative_to(folder)), "weight": v.weight}
         if variances is not None:  # every answer of the file at once: answer +- simultaneous_z std_error
-            entry["simultaneous_z"], entry["simultaneous"] = joint.get(("answers", k)) or bound(plan, confidence, counts[k])
+            z_all, how = joint.get(("answers", k)) or bound(plan, confidence, counts[k])
+            entry.update(simultaneous_z=z_all, simultaneous=how)
         index["answers"].append(entry)
     if consistent is not None:
         index["consistent_note"] = (
