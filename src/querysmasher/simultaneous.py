@@ -17,10 +17,11 @@ the same z). Šidák's bound z = Phi^-1((1 + c^(1/m)) / 2), valid for Gaussian e
 correlation (Šidák, 1967), caps it, and stands alone where the simulation is not run (Laplace
 noise: Bonferroni; a table whose cells are not estimable; a plan too large to simulate, more than
 :attr:`SimultaneousSettings.max_values` simulated values). Bonferroni's z is larger than Šidák's,
-which is larger than the simulated one wherever cells are correlated.
+which is at least the exact one, and equal to it for independent cells (a marginal table's cells are
+nearly so: docs/release.md measures what the simulation gains).
 
 >>> round(sidak(0.95, 12), 4), round(multiplier(0.95, cells=12), 4)
-(2.8526, 2.8653)
+(2.8578, 2.8653)
 >>> order_statistic_rank(20_000, 0.95, 1e-6) / 20_000
 0.95725
 """
