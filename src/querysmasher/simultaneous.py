@@ -23,7 +23,7 @@ nearly so: docs/release.md measures what the simulation gains).
 >>> round(sidak(0.95, 12), 4), round(multiplier(0.95, cells=12), 4)
 (2.8578, 2.8653)
 >>> order_statistic_rank(20_000, 0.95, 1e-6) / 20_000
-0.95725
+0.9572
 """
 
 from __future__ import annotations
