@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan record", ("plan", "planfile", "residualkind")),
     ("planners", ("planners", "planners.*", "hdmm", "hdmm.*", "marginal_family", "marginal_family.*")),
     ("planning", ("planning", "planfiles")),
-    ("stages", ("measure", "simultaneous", "tablefiles", "reconstruct", "consistent")),
+    ("stages", ("measure", "simultaneous", "tablefiles", "reconstruct", "consistent", "mbi_export")),
     ("faces", ("api", "cli", "release", "testing", "pipeline", "pipeline.*", "__main__")),
 ]
 

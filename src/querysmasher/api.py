@@ -124,7 +124,7 @@ class Release(Measurements):
     """A plan's measurements (what :func:`measure` and :func:`load` give), of any kind:
     :class:`~querysmasher.measurement.Measurements` that know the plan that made them (``plan``,
     None until attached). ``reconstruct()`` answers them, ``save(path)`` writes the command
-    line's measurements file."""
+    line's measurements file, ``to_mbi()`` gives them to Private-PGM."""
 
     plan: object = None
 
@@ -135,6 +135,16 @@ class Release(Measurements):
     def reconstruct(self, *, threads: int = 1) -> Answers:
         """Answers to every workload query with their variances."""
         return reconstruct(self, threads=threads)
+
+    def to_mbi(self):
+        """The measurements for Private-PGM (``mbi``, an optional extra): an
+        :class:`~querysmasher.mbi_export.MbiExport` with its ``domain``, ``measurements`` and
+        ``total`` (post-processing: reads no record)."""
+        from .mbi_export import to_mbi  # loads mbi and jax only where they are used
+
+        if self.plan is None:
+            raise InputError("measurements", "plan", "are not attached to a plan")
+        return to_mbi(self.plan, self)
 
     def save(self, path) -> None:
         from .measure import save_measurements  # loads h5py only where it is used

@@ -42,7 +42,10 @@ class LinearMeasurement:
     ``apply`` maps the marginal (cells row-major, with an optional trailing batch axis) to the
     ``rows`` clean values; ``noise`` is ``"gaussian"`` (variance ``scale``) or ``"laplace"`` (scale
     ``scale``); ``cost`` is the applied operator's cost at unit noise (module docstring); ``index``
-    labels the measurement in its plan (a residual plan's view index, else its position)."""
+    labels the measurement in its plan (a residual plan's view index, else its position);
+    ``factors``, where the kind knows them, are the matrices ``apply`` applies, one per attribute
+    of ``attrs`` (rows_i x n_i, the operator their Kronecker product), for exporters that need the
+    operator itself (None: ``apply`` only)."""
 
     attrs: tuple[int, ...]
     rows: int
@@ -51,6 +54,7 @@ class LinearMeasurement:
     scale: float
     cost: float
     index: int = 0
+    factors: tuple[np.ndarray, ...] | None = None
 
     def release(self, marginal: np.ndarray, noise, draws: int | None = None) -> np.ndarray:
         """``apply(marginal)`` with this measurement's noise from ``noise`` (a

@@ -85,7 +85,11 @@ def residual_measurements(plan: Plan) -> list[LinearMeasurement]:
             )
         if key not in costs:
             costs[key] = mech.applied().cost(neighbours)
-        out.append(LinearMeasurement(tuple(attrs), int(mech.outputs), mech.sqrt_apply, "gaussian", s2, costs[key], i))
+        out.append(
+            LinearMeasurement(
+                tuple(attrs), int(mech.outputs), mech.sqrt_apply, "gaussian", s2, costs[key], i, mech.sqrt_factors()
+            )
+        )
     return out
 
 

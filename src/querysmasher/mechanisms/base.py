@@ -241,6 +241,11 @@ class ViewMechanism:
         """B x (x: cells, or cells x batch)."""
         raise NotImplementedError
 
+    def sqrt_factors(self) -> tuple[np.ndarray, ...] | None:
+        """The per-attribute matrices :meth:`sqrt_apply` applies, whose Kronecker product is the
+        measured operator, for kinds that are a Kronecker product (None otherwise)."""
+        return None
+
     def pinv_sqrt_apply(self, y: np.ndarray) -> np.ndarray:
         """B^+ y: the least-squares estimate of the view's vector from y = B x + noise."""
         raise NotImplementedError

@@ -45,6 +45,9 @@ class KronMechanism(ViewMechanism):
     def sqrt_apply(self, x: np.ndarray) -> np.ndarray:
         return kron_apply(self._sqrt, x, self.sizes) if self.mats else x.copy()
 
+    def sqrt_factors(self) -> tuple[np.ndarray, ...]:
+        return tuple(self._sqrt) if self.mats else ()  # no attribute: the identity on one cell
+
     def pinv_sqrt_apply(self, y: np.ndarray) -> np.ndarray:
         return kron_apply(self._pinv_sqrt, y, self.sizes) if self.mats else y.copy()
 
