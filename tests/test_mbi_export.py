@@ -1,7 +1,8 @@
 """The export to Private-PGM (querysmasher.mbi_export; the optional extra ``mbi``, run by .ci/run
-after installing it): each exported measurement is the same likelihood as the operator measure
-applied (for every plan kind: Kronecker factors, explicit operators, the total), a model fitted from
-them gives back our tables where they are non-negative, the refusals, and the README's example."""
+after installing it, ``python -m pytest -m mbi``): each exported measurement is the same likelihood
+as the operator measure applied (for every plan kind: Kronecker factors, explicit operators, the
+total), a model fitted from them gives back our tables where they are non-negative, the refusals,
+and the README's example."""
 
 import math
 import re
@@ -15,6 +16,8 @@ import pytest
 import querysmasher as qs
 from querysmasher.errors import InputError
 from querysmasher.measure import measurements_of
+
+pytestmark = pytest.mark.mbi  # run alone (.ci/run): jax starts threads, and other tests fork
 
 jax = pytest.importorskip("jax", reason="the optional extra mbi (Private-PGM, with jax) is not installed")
 jax.config.update("jax_enable_x64", True)  # the likelihoods compared to 1e-8 (Private-PGM advises it anyway)

@@ -116,12 +116,14 @@ def _query(factors, shape: tuple[int, ...], y: np.ndarray):
 
 
 def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> MbiExport:
-    """The release ``measurements`` of ``plan`` (any kind; Gaussian noise) for Private-PGM.
+    """The release ``measurements`` of ``plan`` (any kind; Gaussian noise) for Private-PGM; an
+    InputError when ``mbi`` is not installed, for Laplace noise, or for an operator without factors
+    over more than ``max_dense_cells`` cells. Then, for example (the README runs it)::
 
-    >>> import querysmasher as qs, pandas as pd  # doctest: +SKIP
-    >>> from mbi.estimation import MirrorDescent  # doctest: +SKIP
-    >>> out = to_mbi(plan, release)  # doctest: +SKIP
-    >>> model = MirrorDescent().estimate(out.domain, out.measurements, known_total=out.total)  # doctest: +SKIP
+        from mbi.estimation import MirrorDescent
+        out = to_mbi(plan, release)
+        model = MirrorDescent().estimate(out.domain, out.measurements, known_total=out.total)
+        marginal = model.project(("age", "sex")).datavector()
     """
     try:
         import mbi
