@@ -8,6 +8,14 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One BLAS thread per worker (and the processes it starts): the README's command runs two
+    # workers on two cores, where two OpenBLAS pools of two threads each spin against each other
+    # (querysmasher.threads says why; the library's own default is one thread too).
+    from querysmasher.threads import cap_process
+
+    cap_process(1)
+
 # Property tests draw the same examples on every run (a gate that passes once passes again; a failure
 # reproduces), and keep no example database in the checkout. A wider, random search of the same
 # properties: python -m pytest --hypothesis-profile=fuzz -k propert (or tests/test_*properties*.py).

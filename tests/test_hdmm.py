@@ -18,7 +18,9 @@ from querysmasher.workload import parse_workload
 BETA1 = Budget.from_beta(1.0)
 
 
-@pytest.mark.parametrize("n, spec", [(10, "marginal:1,2"), (10, "prefix:1,2"), (20, "range:1,2")])
+@pytest.mark.parametrize(
+    "n, spec", [(10, "marginal:1,2"), (10, "prefix:1,2"), pytest.param(20, "range:1,2", marks=pytest.mark.slow)]
+)  # n = 20: 6 s, with the slow tests
 def test_hdmm_stays_above_the_certified_optimum(n, spec):
     """HDMM's restricted strategies, the best of every template, stay above QuerySmasher's certified optimum."""
     p = plan_hdmm(f"synthetic:n={n},d=40", spec, BETA1)

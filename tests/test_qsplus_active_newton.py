@@ -58,7 +58,9 @@ def test_the_union_space_computes_the_objective_gradient_and_hessian(skewed, max
         assert np.allclose((p - m) / 2, h, rtol=1e-5, atol=1e-6 * np.abs(h).max())
 
 
-@pytest.mark.parametrize("max_view_cells", [None, 8])
+@pytest.mark.parametrize(
+    "max_view_cells", [pytest.param(None, marks=pytest.mark.slow), 8]
+)  # None: every view kept whole, 14 s (with the slow tests)
 def test_newton_steps_certify_what_the_first_order_descent_left(skewed, max_view_cells):
     rp, start = _restricted(skewed, max_view_cells)
     first = restricted.descend(rp, start, max_seconds=60, target_gap=1e-9, temperatures=(1e-3,), active_newton=False)

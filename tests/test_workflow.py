@@ -389,7 +389,12 @@ BAD_CONFIGS = [
 @needs_snakemake
 @pytest.mark.parametrize(
     "change, message",
-    BAD_CONFIGS,
+    [
+        # one case per stage of the check runs by default (the strict reader and JSON schema: 1; the
+        # library's check_config: 2; a data source: 5), the rest with the slow tests: 2.5 s a process
+        pytest.param(*case, marks=() if i in (1, 2, 5) else pytest.mark.slow)
+        for i, case in enumerate(BAD_CONFIGS)
+    ],
     ids=[m.split(":")[0].replace(" ", "-")[:30] + str(i) for i, (_, m) in enumerate(BAD_CONFIGS)],
 )
 def test_bad_config_fails_before_any_job(tmp_path, change, message):
@@ -504,6 +509,7 @@ def plan_file_content(path: Path) -> dict:
 
 
 @needs_snakemake
+@pytest.mark.slow  # its own snakemake run (14 s): qsplus's plan path is tested in-process by tests/test_qsplus*.py
 def test_qsplus_runs_through_the_workflow(tmp_path):
     """qsplus, a whole-workload planner (it plans in allocate: no solve job), is measured,
     reconstructed and evaluated like every method; its predicted RMSE is the library's plan's
@@ -548,6 +554,7 @@ def test_workflow_plan_files_are_the_library_plan_files(tiny_run, tmp_path, meth
 
 
 @needs_snakemake
+@pytest.mark.slow  # a second run over a copy of the tiny grid (11 s)
 def test_adding_an_experiment_with_solved_subproblems_runs_no_solve(tiny_run, tmp_path):
     wd = _copy_run(tiny_run, tmp_path)
     solves = {p: p.stat().st_mtime_ns for p in (wd / "results" / "solves").rglob("*.h5")}
@@ -627,6 +634,7 @@ def test_report(tiny_run, tmp_path):
 
 
 @needs_snakemake
+@pytest.mark.slow  # a killed run and its resume (11 s)
 def test_a_killed_run_resumes_without_redoing_finished_solves(tmp_path):
     """SIGKILL (snakemake and its jobs) in the middle of the solves; the rerun redoes nothing that
     had finished, and no file under a final name is half-written."""
