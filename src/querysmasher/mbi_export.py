@@ -40,7 +40,8 @@ _RANK_RTOL = 1e-12  # singular values below this, relative to the largest, carry
 
 @dataclass(frozen=True, eq=False)
 class KroneckerQuery:
-    """Private-PGM query: (Q_1 ⊗ ... ⊗ Q_k) applied to a factor's values (axes in clique order)."""
+    """Private-PGM query: (Q_1 ⊗ ... ⊗ Q_k) applied to a factor's values, row-major over the
+    clique's cells; one factor per attribute, or one over every cell (an explicit operator)."""
 
     factors: tuple[np.ndarray, ...]
     norm_sq: float = field(default=1.0)
@@ -48,7 +49,7 @@ class KroneckerQuery:
     def __call__(self, f):
         import jax.numpy as jnp  # jax only where the export is used
 
-        x = f.datavector(flatten=False)
+        x = f.datavector().reshape(tuple(q.shape[1] for q in self.factors))
         for axis, q in enumerate(self.factors):
             x = jnp.moveaxis(jnp.tensordot(jnp.asarray(q), x, axes=([1], [axis])), 0, axis)
         return x.reshape(-1)
@@ -104,11 +105,8 @@ def _operator_factors(m, sizes, max_dense_cells: int) -> tuple[tuple[int, ...], 
     return m.attrs, (np.asarray(m.apply(np.eye(cells)), dtype=float).reshape(m.rows, cells),)
 
 
-def _query(factors, shape: tuple[int, ...], y: np.ndarray):
-    """(query, U^T y) of one measurement: factor-wise thin SVDs, or one over every cell."""
-    if len(factors) != len(shape):  # one explicit matrix over every cell of several attributes
-        u, q = _thin(factors[0])
-        return _DenseQuery(q.reshape((q.shape[0], *shape)), float(np.linalg.norm(q, 2) ** 2)), u.T @ y
+def _query(factors, y: np.ndarray):
+    """(query, U^T y) of one measurement: the factors' thin SVDs (the Kronecker product's)."""
     thin = [_thin(f) for f in factors]
     y_kept = kron_apply([u.T for u, _ in thin], y, tuple(f.shape[0] for f in factors))
     norm_sq = math.prod(float(np.linalg.norm(q, 2) ** 2) for _, q in thin)
@@ -139,7 +137,7 @@ def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> Mbi
         if m.noise != "gaussian":
             raise InputError("plan noise", m.noise, "Private-PGM's export takes Gaussian measurements only")
         clique, factors = _operator_factors(m, sizes, max_dense_cells)
-        query, y_kept = _query(factors, tuple(sizes[a] for a in clique), np.asarray(y, dtype=float).reshape(m.rows))
+        query, y_kept = _query(factors, np.asarray(y, dtype=float).reshape(m.rows))
         names_ = tuple(names[a] for a in clique)
         out.append(mbi.LinearMeasurement(np.asarray(y_kept), names_, math.sqrt(m.scale), query))
     est = reconstruct(plan, measurements)
@@ -147,27 +145,3 @@ def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> Mbi
     if total is None:
         raise InputError("plan", plan.method, "does not estimate the total, which Private-PGM needs as known_total")
     return MbiExport(mbi.Domain(names, sizes), out, max(total, 1.0))
-
-
-@dataclass(frozen=True, eq=False)
-class _DenseQuery:
-    """Private-PGM query: one matrix over every cell of the clique (``matrix``: rows x n_1 x ... x n_k)."""
-
-    matrix: np.ndarray
-    norm_sq: float
-
-    def __call__(self, f):
-        import jax.numpy as jnp
-
-        x = f.datavector(flatten=False)
-        axes = tuple(range(1, self.matrix.ndim))
-        return jnp.tensordot(jnp.asarray(self.matrix), x, axes=(axes, tuple(range(x.ndim))))
-
-    def op_norm_sq(self) -> float:
-        return self.norm_sq
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
