@@ -129,7 +129,10 @@ def test_every_plan_kind_with_tables_gets_a_simulated_z_at_most_sidaks(tmp_path,
     for entry in written:
         n = len(pd.read_csv(tmp_path / entry["file"]))
         assert entry["simultaneous_z"] <= sidak(0.9, n) + 1e-12 and entry["simultaneous_z"] > multiplier(0.9)
-        assert entry["simultaneous"]
+        assert "simulated releases" in entry["simultaneous"]  # the simulation ran for every file
+        if entry in index["answers"] and workload.startswith("prefix"):
+            # prefix answers are strongly correlated: the simulation beats Šidák
+            assert entry["simultaneous_z"] < sidak(0.9, n) - 1e-3 and "quantile" in entry["simultaneous"]
     v = plan.workload.views[0]
     var = variances_of(plan).view(v)
     ((z, _),) = simulated(plan, [(0, var, lambda e: e.view_answers(v))], 0.9, small).values()
@@ -150,3 +153,67 @@ def test_laplace_plans_take_bonferroni_and_large_plans_sidak():
     v = plan.workload.views[0]
     few = SimultaneousSettings(draws=10)
     assert simulated(plan, [(0, variances_of(plan).view(v), lambda e: e.view_answers(v))], 0.95, few)[0] == (z, how)
+
+
+def test_a_kind_whose_estimator_takes_no_draws_axis_gets_sidak_and_a_warning(caplog):
+    """HDMM's estimator solves for one vector of measurements: on the simulated draws it fails, and
+    the set keeps Šidák's bound (a release never fails on its simultaneous intervals)."""
+    plan = qs.make_plan("synthetic:n=4,d=2", "prefix:1", method="hdmm", rho=1.0)
+    v = plan.workload.views[0]
+    var = np.ones(plan.workload.view_count(v))
+    with caplog.at_level("WARNING", logger="querysmasher.simultaneous"):
+        out = simulated(plan, [(0, var, lambda e: e.view_answers(v))], 0.9)
+    assert out == {0: bound(plan, 0.9, len(var))} and "simulation failed" in caplog.text
+
+
+def test_a_batch_holds_at_most_batch_values_with_the_estimators_largest_marginal(monkeypatch):
+    """A view of 60 x 60 cells with 60 answers (|a1 - a2|): each simulated batch times the cells the
+    estimator reconstructs per draw stays within ``batch_values`` (counting only measured values and
+    answers let a batch of thousands of draws of every cell through)."""
+    import querysmasher.simultaneous as sim
+
+    plan = qs.make_plan("synthetic:n=60,d=2", "abs:2", method="qs", beta=0.5)
+    v = plan.workload.views[0]
+    batches = []
+    draw = sim._simulated_noise
+    monkeypatch.setattr(sim, "_simulated_noise", lambda ms, b, seed: batches.append(b) or draw(ms, b, seed))
+    settings = SimultaneousSettings(draws=400, risk=1e-3, batch_values=1 << 17)
+    sim.simulated(plan, [(0, variances_of(plan).view(v), lambda e: e.view_answers(v))], 0.9, settings)
+    assert sum(batches) == 400 and max(batches) * 60 * 60 <= settings.batch_values
+
+
+def test_simulated_noise_reads_by_position_from_either_end_and_refuses_slices():
+    from querysmasher.simultaneous import _SimulatedNoise
+
+    plan = _residual_plan()
+    ms = qs.measure.measurements_of(plan)
+    y = _SimulatedNoise(ms, 3, (1, 0))
+    assert np.array_equal(y[-1], y[len(ms) - 1]) and y[0].shape == (ms[0].rows, 3)
+    with pytest.raises(IndexError):
+        y[len(ms)]
+    with pytest.raises(TypeError, match="one at a time"):
+        y[0:2]
+
+
+def test_a_release_finds_its_multipliers_before_it_reads_a_record(monkeypatch, tmp_path):
+    """The simulation needs the plan only: a release runs it before the records are read, so nothing
+    it does can fail a release after its noise is drawn."""
+    import querysmasher.data as record_data
+    import querysmasher.tablefiles as tablefiles
+    from querysmasher.release import load_release_spec, run_release
+
+    order = []
+    found = tablefiles.simultaneous_multipliers
+    monkeypatch.setattr(tablefiles, "simultaneous_multipliers", lambda *a, **k: order.append("z") or found(*a, **k))
+    load = record_data.load_records
+    monkeypatch.setattr(record_data, "load_records", lambda *a, **k: order.append("records") or load(*a, **k))
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"a": rng.integers(0, 4, 80), "b": rng.integers(0, 3, 80)}).to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "domain.yaml").write_text("a: 4\nb: 3\n")
+    (tmp_path / "spec.yaml").write_text(
+        "data: d.csv\ndomain: domain.yaml\ntables: [{prefix: [a, b]}]\nbudget: {rho: 1.0}\n"
+    )
+    run_release(load_release_spec(tmp_path / "spec.yaml"), tmp_path / "out")
+    assert order == ["z", "records"]
+    index = json.loads((tmp_path / "out" / "tables.json").read_text())
+    assert all("simulated releases" in e["simultaneous"] for e in index["tables"] + index["answers"] if e["file"])

@@ -51,7 +51,9 @@ OPERATIONS: dict[str, str] = {
     "check": "(plan) -> None: what else must hold before any record is read (the answers must be estimable); "
     "an InputError otherwise",
     "estimates": "(plan, Measurements) -> estimates with view_answers(workload view) and, "
-    "for kinds with per-view tables, table(attrs)",
+    "for kinds with per-view tables, table(attrs); where each measured vector has a trailing draws axis "
+    "(rows x draws), every answer and table has it too (the simultaneous intervals' simulation; a kind "
+    "without it gets Sidak's bound)",
     "variances": "(plan) -> variances with view(workload view) -> array or None "
     "and cells(attrs) -> (array or None, why not)",
     "file_form": "(plan) -> plan: the plan as its plan file holds it "

@@ -34,14 +34,16 @@ from .errors import InputError
 from .families import count_1d
 from .filenames import distinct_file_names
 from .intervals import DEFAULT_CONFIDENCE, bounds, check_confidence, interval_kind, is_gaussian, multiplier
-from .simultaneous import bound, is_simulated, simulated
+from .simultaneous import bound, multipliers
 from .workload import WorkloadView
 
-__all__ = ["write_table_files", "VALUE_COLUMNS", "check_table_columns"]
+__all__ = ["write_table_files", "simultaneous_multipliers", "MAX_ANSWERS", "VALUE_COLUMNS", "check_table_columns"]
 
 # Columns the table files add beside the attributes' own (a cell table's estimate, standard error
 # and interval, a postprocessed table's count, an answer file's query number and answer).
 VALUE_COLUMNS = ("estimate", "std_error", "lower", "upper", "count", "query", "answer")
+
+MAX_ANSWERS = 1_000_000  # the most queries of one answer file
 
 
 def check_table_columns(schema, field: str = "domain") -> None:
@@ -108,23 +110,17 @@ def _answers_frame(plan, v: WorkloadView, answers: np.ndarray, variances: np.nda
     return _with_interval(frame, "answer", np.asarray(answers), variances, z)
 
 
-def _simultaneous(plan, measured, view_answers, written, counts, confidence) -> dict:
-    """{("table", attrs) or ("answers", k): (z, how)} of the simultaneous intervals the simulation
-    gives (:mod:`querysmasher.simultaneous`; empty where it does not run: each set then takes
-    :func:`~querysmasher.simultaneous.bound`), and {("computed", k): (answers, variances)} of the
-    written answer views it needed (computed once)."""
-    values = sum(len(var) for *_, var in measured) + sum(counts[k] for k in written)
-    if not is_simulated(plan, values):
-        return {}
-    out: dict = {}
-    sets = [(("table", attrs), var, lambda est, a=attrs: est.table(a)) for attrs, _, var in measured]
-    for k in written:
-        v, compute = view_answers[k]
-        out["computed", k] = compute()
-        if out["computed", k][1] is not None:  # a kind without variances has no intervals
-            sets.append((("answers", k), out["computed", k][1], lambda est, v=v: est.view_answers(v)))
-    out.update(simulated(plan, sets, confidence))
-    return out
+def simultaneous_multipliers(
+    plan, tables, views, *, confidence: float = DEFAULT_CONFIDENCE, max_answers: int = MAX_ANSWERS
+) -> dict:
+    """{("table", attrs) or ("answers", k): (z, how)} of the simultaneous intervals of the files
+    :func:`write_table_files` writes for the tables ``tables`` (attribute tuples) and the workload
+    views ``views`` (the workload's, in order; a view of more than ``max_answers`` queries has no
+    file), from the plan alone (:func:`querysmasher.simultaneous.multipliers`): a release finds them
+    before any record is read, so nothing that fails here fails after the noise is drawn."""
+    confidence = check_confidence(confidence)
+    written = [(k, v) for k, v in enumerate(views) if plan.workload.view_count(v) <= max_answers]
+    return multipliers(plan, tables, written, confidence)
 
 
 def write_table_files(
@@ -135,16 +131,19 @@ def write_table_files(
     *,
     total: float | None,
     postprocessed: bool = False,
-    max_answers: int = 1_000_000,
+    max_answers: int = MAX_ANSWERS,
     confidence: float = DEFAULT_CONFIDENCE,
     consistent: dict | None = None,
+    simultaneous: dict | None = None,
 ) -> dict:
     """The publishable files of a plan of any kind: ``tables`` is one (attrs, cell
     estimates or None, their variances or None, why omitted) per table, ``view_answers`` one
     (workload view, callable -> (answers, variances)) per workload view in the workload's order
     (computed only for views that are written), ``total`` the estimated total the postprocessed
     tables are rescaled to (None: no postprocessed tables); ``confidence``: the intervals' level;
-    ``consistent``: {attrs: non-negative consistent cell estimates} to write beside them (None: none)."""
+    ``consistent``: {attrs: non-negative consistent cell estimates} to write beside them (None: none);
+    ``simultaneous``: the files' simultaneous multipliers, as :func:`simultaneous_multipliers` gives
+    them (None: found here)."""
     folder = Path(folder)
     check_table_columns(plan.schema)
     confidence = check_confidence(confidence)
@@ -168,9 +167,12 @@ def write_table_files(
         for k, (v, _) in enumerate(view_answers)
     )
     counts = [plan.workload.view_count(v) for v, _ in view_answers]
-    written = [k for k, n in enumerate(counts) if n <= max_answers]
-    measured = [(attrs, table, var) for attrs, table, var, _ in tables if table is not None and var is not None]
-    joint = _simultaneous(plan, measured, view_answers, written, counts, confidence)
+    if simultaneous is None:
+        measured = [attrs for attrs, table, var, _ in tables if table is not None and var is not None]
+        answered = [v for v, _ in view_answers]
+        simultaneous = simultaneous_multipliers(
+            plan, measured, answered, confidence=confidence, max_answers=max_answers
+        )
     for attrs, table, var, why in tables:
         entry = {"view": [names[a] for a in attrs]}
         if table is None or var is None:
@@ -180,7 +182,7 @@ def write_table_files(
             path = folder / f"{table_files[attrs]}.csv"
             _write_csv(frame, path)
             # every cell of the table at once: estimate +- simultaneous_z std_error
-            z_all, how = joint.get(("table", attrs)) or bound(plan, confidence, len(frame))
+            z_all, how = simultaneous.get(("table", attrs)) or bound(plan, confidence, len(frame))
             entry.update(file=path.name, simultaneous_z=z_all, simultaneous=how)
             if postprocessed and total is not None:
                 pp = _cell_frame(plan, attrs)
@@ -201,11 +203,11 @@ def write_table_files(
             index["answers"].append({"view": name, "file": None, "omitted": f"{counts[k]} queries > {max_answers}"})
             continue
         path = folder / "answers" / f"{name}.csv"
-        answers, variances = joint.pop(("computed", k), None) or compute()
+        answers, variances = compute()
         _write_csv(_answers_frame(plan, v, answers, variances, z), path)
         entry = {"view": name, "file": str(path.relative_to(folder)), "weight": v.weight}
         if variances is not None:  # every answer of the file at once: answer +- simultaneous_z std_error
-            z_all, how = joint.get(("answers", k)) or bound(plan, confidence, counts[k])
+            z_all, how = simultaneous.get(("answers", k)) or bound(plan, confidence, counts[k])
             entry.update(simultaneous_z=z_all, simultaneous=how)
         index["answers"].append(entry)
     if consistent is not None:
