@@ -34,14 +34,34 @@ def _release(method, workload, schema="synthetic:n=3,d=3", records=300, rho=1.0,
     return plan, frame, plan.measure(frame, seed=seed)
 
 
+@pytest.fixture()
+def unequal(tmp_path):
+    """A domain of attributes of 2, 3 and 5 values: a factor applied along the wrong axis, or a
+    transposed one, cannot go unnoticed (it can on equal sizes)."""
+    path = tmp_path / "domain.json"
+    path.write_text('{"a0": 2, "a1": 3, "a2": 5}')
+    return str(path)
+
+
 @pytest.mark.parametrize(
     "method,workload",
-    [("qs", "marginal:1,2"), ("rp", "prefix:2"), ("qsplus", "prefix:2"), ("mm", "marginal:2"), ("wff", "prefix:1,2")],
+    [
+        ("qs", "marginal:1,2"),
+        ("qs", "marginal:1,2+prefix:(a1,a2)@3"),
+        ("qs", "prefix:1+range:2"),
+        ("rp", "prefix:2"),
+        ("qsplus", "prefix:2"),
+        ("mm", "marginal:2"),
+        ("wff", "prefix:1,2"),
+        ("hdmm", "prefix:1,2"),
+    ],
 )
-def test_every_exported_measurement_is_the_applied_operators_likelihood(method, workload):
+def test_every_exported_measurement_is_the_applied_operators_likelihood(unequal, method, workload):
     """For random marginals mu (as Private-PGM factors): ||Q mu - y'||^2 - ||A mu - y||^2 is the same
-    for every mu, A the operator measure applied (its ``apply``), y the released vector."""
-    plan, _, release = _release(method, workload)
+    for every mu, A the operator measure applied (its ``apply``), y the released vector; ||Q||_2^2
+    (Private-PGM's step size) is that of Q made explicit; the known total is unbiased's (the plan's,
+    or for HDMM the one whole-domain measurement's least-squares sum)."""
+    plan, frame, release = _release(method, workload, schema=unequal)
     out = to_mbi(plan, release)
     ms = {m.index: m for m in measurements_of(plan)}
     assert len(out.measurements) == len(release.index)
@@ -52,15 +72,27 @@ def test_every_exported_measurement_is_the_applied_operators_likelihood(method, 
         assert exported.stddev == pytest.approx(math.sqrt(m.scale))
         clique = tuple(names.index(a) for a in exported.clique)
         assert clique == (m.attrs or (0,))
+        shape = [sizes[a] for a in clique]
         gaps = []
         for _ in range(3):
-            mu = rng.standard_normal(math.prod(sizes[a] for a in clique))
-            factor = mbi.Factor(out.domain.project(exported.clique), mu.reshape([sizes[a] for a in clique]))
+            mu = rng.standard_normal(math.prod(shape))
+            factor = mbi.Factor(out.domain.project(exported.clique), mu.reshape(shape))
             ours = m.apply(mu if m.attrs else np.array([mu.sum()]))
             theirs = np.asarray(exported.query(factor))
             gaps.append(np.sum((theirs - exported.noisy_measurement) ** 2) - np.sum((ours - np.asarray(y)) ** 2))
         assert np.ptp(gaps) <= 1e-8 * (1 + np.max(np.abs(gaps))), gaps
-        assert exported.query.op_norm_sq() > 0
+        domain = out.domain.project(exported.clique)
+        q = np.stack(
+            [np.asarray(exported.query(mbi.Factor(domain, e.reshape(shape)))) for e in np.eye(math.prod(shape))], 1
+        )
+        assert exported.query.op_norm_sq() == pytest.approx(np.linalg.norm(q, 2) ** 2, rel=1e-9)
+    if method == "hdmm":  # one measurement A x + noise of the whole domain: its least-squares sum
+        ((m,),) = [list(ms.values())]
+        a = m.apply(np.eye(math.prod(sizes)))
+        expect = np.linalg.lstsq(a.T, np.ones(a.shape[1]), rcond=None)[0] @ np.asarray(release.y[0])
+    else:
+        expect = float(release.reconstruct().table(())["estimate"].iloc[0])
+    assert out.total == pytest.approx(max(expect, 1.0), rel=1e-9)
 
 
 def test_a_model_fitted_from_the_export_gives_back_our_non_negative_tables():

@@ -11,7 +11,9 @@ loses nothing. Where the plan's kind gives the operator as per-attribute factors
 mechanisms) the SVD and the query are factor-wise (any view size); otherwise the operator is made
 explicit from the function measure applies, up to ``max_dense_cells`` cells. A measurement of no
 attribute (the total) is given on the first attribute's marginal (its sum). The known total is our
-unbiased estimate of it (Private-PGM's own estimate counts only plain marginal measurements).
+unbiased estimate of it (Private-PGM's own estimate counts only plain marginal measurements): the
+plan's where its kind estimates it, else the inverse-variance mean of the measurements that
+estimate it alone (an HDMM plan's one measurement of the whole domain).
 
 This is post-processing of the noisy measurements only: nothing here reads a record. ``mbi`` (and
 jax) is an optional extra: ``pip install 'querysmasher[mbi]'``. Gaussian noise only.
@@ -113,6 +115,31 @@ def _query(factors, y: np.ndarray):
     return KroneckerQuery(tuple(q for _, q in thin), norm_sq), y_kept
 
 
+def _measured_total(query: KroneckerQuery, y_kept: np.ndarray, variance: float) -> tuple[float, float] | None:
+    """(estimate, variance) of the clique's sum from one measurement alone, d^T y' with d the least
+    solution of Q^T d = 1 (factor by factor), where the sum is in the query's row space; else None."""
+    ds = []
+    for q in query.factors:
+        d = np.linalg.lstsq(q.T, np.ones(q.shape[1]), rcond=None)[0]
+        if not np.allclose(q.T @ d, 1.0, rtol=0, atol=1e-9):
+            return None
+        ds.append(d)
+    estimate = float(kron_apply([d[None, :] for d in ds], y_kept, tuple(len(d) for d in ds))[0])
+    return estimate, variance * math.prod(float(d @ d) for d in ds)
+
+
+def _total(plan, measurements, measured: list) -> float:
+    """The record count's unbiased estimate: the plan's own where its kind estimates it, else the
+    inverse-variance mean of the measurements that estimate it alone (:func:`_measured_total`)."""
+    if variances_of(plan).cells(())[0] is not None:
+        return float(np.asarray(reconstruct(plan, measurements).table(()))[0])
+    found = [t for t in measured if t is not None]
+    if not found:
+        raise InputError("plan", plan.method, "estimates no total, which Private-PGM needs as known_total")
+    weights = np.array([1.0 / var for _, var in found])
+    return float(np.dot(weights, [e for e, _ in found]) / weights.sum())
+
+
 def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> MbiExport:
     """The release ``measurements`` of ``plan`` (any kind; Gaussian noise) for Private-PGM; an
     InputError when ``mbi`` is not installed, for Laplace noise, or for an operator without factors
@@ -131,7 +158,7 @@ def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> Mbi
         ) from None
     names, sizes = plan.schema.names, plan.schema.sizes
     ms = {m.index: m for m in measurements_of(plan)}
-    out = []
+    out, totals = [], []
     for index, y in zip(measurements.index, measurements.y):
         m = ms[int(index)]
         if m.noise != "gaussian":
@@ -140,8 +167,5 @@ def to_mbi(plan, measurements, *, max_dense_cells: int = MAX_DENSE_CELLS) -> Mbi
         query, y_kept = _query(factors, np.asarray(y, dtype=float).reshape(m.rows))
         names_ = tuple(names[a] for a in clique)
         out.append(mbi.LinearMeasurement(np.asarray(y_kept), names_, math.sqrt(m.scale), query))
-    est = reconstruct(plan, measurements)
-    total = float(np.asarray(est.table(()))[0]) if variances_of(plan).cells(())[0] is not None else None
-    if total is None:
-        raise InputError("plan", plan.method, "does not estimate the total, which Private-PGM needs as known_total")
-    return MbiExport(mbi.Domain(names, sizes), out, max(total, 1.0))
+        totals.append(_measured_total(query, y_kept, m.scale))
+    return MbiExport(mbi.Domain(names, sizes), out, max(_total(plan, measurements, totals), 1.0))
