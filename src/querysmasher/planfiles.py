@@ -7,7 +7,7 @@ Each kind of plan record has its file format in :mod:`querysmasher.plankinds`;
 >>> import tempfile, os
 >>> from querysmasher.planning import make_plan
 >>> path = os.path.join(tempfile.mkdtemp(), "plan.h5")
->>> save_any_plan(make_plan("cps", "prefix:1", "hdmm"), path)
+>>> save_any_plan(make_plan("synthetic:n=4,d=2", "prefix:1", "hdmm"), path)
 >>> type(load_any_plan(path)).__name__, file_kind_of(path)
 ('HDMMPlan', 'hdmm-plan')
 """
