@@ -41,10 +41,18 @@ def view_basis(sizes: tuple[int, ...]) -> np.ndarray:
 
 
 def _apply_axes(t: np.ndarray, mats: list[np.ndarray], transpose: bool) -> np.ndarray:
-    """Apply mats[l] (or its transpose) along axis l+1 of t (axis 0 is the batch)."""
+    """Apply mats[l] (or its transpose) along axis l+1 of t (axis 0 is the batch): per axis one
+    matrix product over t viewed as (before, n_l, after), no axis moved."""
+    shape = list(t.shape)
     for axis, m in enumerate(mats):
-        t = np.moveaxis(np.tensordot(t, m if not transpose else m.T, axes=([axis + 1], [1])), -1, axis + 1)
-    return t
+        m = m.T if transpose else m
+        before, n, after = math.prod(shape[: axis + 1]), shape[axis + 1], math.prod(shape[axis + 2 :])
+        if after == 1:
+            t = t.reshape(before, n) @ m.T
+        else:
+            t = m @ t.reshape(before, n, after)
+        shape[axis + 1] = m.shape[0]
+    return t.reshape(shape)
 
 
 def to_residual(q: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
