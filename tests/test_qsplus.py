@@ -443,3 +443,23 @@ def test_one_attribute_views_are_in_the_family_and_gain(workload, skewed):
     assert any(len(v) == 1 for v in p.views)
     assert p.total_variance < p.qs_total_variance * (1 - 1e-3) and p.gap <= 1e-5
     assert p.privacy_cost() == pytest.approx(1.0, rel=1e-9) and p.privacy_cost() <= 1.0
+
+
+@pytest.mark.parametrize("workload", ["abs:2", "prefix:1+affine:2"])
+def test_an_attribute_of_size_1_plans_certified_and_not_above_qs(tmp_path, workload):
+    """A size-1 attribute has no residual space (its pairs are its partner's marginal): the plan
+    still certifies and is never above qs."""
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("a: 1\nb: 3\nc: 2\n")
+    p = plan(str(schema), workload, target_gap=1e-4)
+    assert p.total_variance <= p.qs_total_variance * (1 + 1e-9) and p.gap <= 1e-4
+    assert 0 < p.lower_bound <= p.total_variance
+
+
+def test_a_schema_of_size_1_attributes_is_one_clear_error(tmp_path):
+    from querysmasher.errors import InputError
+
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("a: 1\nb: 1\n")
+    with pytest.raises(InputError, match="no attribute of size above 1"):
+        plan(str(schema), "abs:2", target_gap=1e-4)
