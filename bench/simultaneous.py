@@ -37,7 +37,7 @@ def main() -> None:
     from querysmasher.intervals import multiplier
     from querysmasher.measure import measurements_of
     from querysmasher.planning import make_plan
-    from querysmasher.reconstruct import variances_of
+    from querysmasher.reconstruct import table_attrs, variances_of
     from querysmasher.simultaneous import SIMULTANEOUS, sidak, simulated
 
     c = args.confidence
@@ -47,7 +47,7 @@ def main() -> None:
         var = variances_of(plan)
         views = enumerate(plan.workload.views)
         sets = [(("answers", k), var.view(v), lambda e, v=v: e.view_answers(v)) for k, v in views]
-        for attrs in dict.fromkeys(v.attrs for v in plan.workload.views):
+        for attrs in table_attrs(plan):
             cells, _ = var.cells(attrs)
             if cells is not None:
                 sets.append((("table", attrs), cells, lambda e, a=attrs: e.table(a)))

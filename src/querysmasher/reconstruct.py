@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "reconstruct",
     "variances_of",
+    "table_attrs",
     "save_answers",
     "table_data",
     "write_csv_tables",
@@ -143,6 +144,12 @@ def save_answers(
     return {"views": len(views), "queries": n_queries, "answers_written": write_answers}
 
 
+def table_attrs(plan) -> list[tuple[int, ...]]:
+    """The attribute sets a plan's tables are written for: one per distinct attribute set of the
+    workload's views, in the workload's order."""
+    return list(dict.fromkeys(v.attrs for v in plan.workload.views))
+
+
 def table_data(est, variances=None):
     """(tables, view_answers, total) of estimates ``est``, as
     :func:`querysmasher.tablefiles.write_table_files` takes them: one table per distinct attribute
@@ -152,7 +159,7 @@ def table_data(est, variances=None):
     plan = est.plan
     variances = variances_of(plan) if variances is None else variances
     tables = []
-    for attrs in dict.fromkeys(v.attrs for v in plan.workload.views):
+    for attrs in table_attrs(plan):
         var, why = variances.cells(attrs)
         tables.append((attrs, est.table(attrs) if var is not None else None, var, why))
     total = float(np.asarray(est.table(()))[0]) if variances.cells(())[0] is not None else None

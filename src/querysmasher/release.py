@@ -211,7 +211,7 @@ def release_workload(tables, schema: Schema) -> Workload:
 def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
     """Plan, check, measure (OpenDP sampler), reconstruct and write the release folder ``out``."""
     from .measure import check_plan  # loads h5py only where it is used
-    from .reconstruct import release_tables  # loads h5py, numpy only where it is used
+    from .reconstruct import release_tables, table_attrs  # loads h5py, numpy only where it is used
     from .tablefiles import (  # loads pandas, pyarrow, numpy only where it is used
         check_table_columns,
         simultaneous_multipliers,
@@ -235,8 +235,7 @@ def run_release(spec: ReleaseSpec, out: str | Path) -> dict:
         )
     cost = check_plan(plan)  # before any record is read
     # from the plan alone, before any record is read: nothing here can fail after the noise is drawn
-    table_attrs = plan.workload.distinct_view_attrs()
-    simultaneous = simultaneous_multipliers(plan, table_attrs, plan.workload.views, confidence=spec.confidence)
+    simultaneous = simultaneous_multipliers(plan, table_attrs(plan), plan.workload.views, confidence=spec.confidence)
     noise = make_noise(None, "discrete")
     # the lock is taken before any record is read: a second release into the same folder fails now
     with atomic_folder(out) as tmp:

@@ -40,12 +40,11 @@ def view_basis(sizes: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def _apply_axes(t: np.ndarray, mats: list[np.ndarray], transpose: bool) -> np.ndarray:
-    """Apply mats[l] (or its transpose) along axis l+1 of t (axis 0 is the batch): per axis one
-    matrix product over t viewed as (before, n_l, after), no axis moved."""
+def _apply_axes(t: np.ndarray, mats: list[np.ndarray]) -> np.ndarray:
+    """Apply mats[l] along axis l+1 of t (axis 0 is the batch): per axis one matrix product over t
+    viewed as (before, n_l, after), no axis moved."""
     shape = list(t.shape)
     for axis, m in enumerate(mats):
-        m = m.T if transpose else m
         before, n, after = math.prod(shape[: axis + 1]), shape[axis + 1], math.prod(shape[axis + 2 :])
         if after == 1:
             t = t.reshape(before, n) @ m.T
@@ -60,7 +59,7 @@ def to_residual(q: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     q = np.atleast_2d(np.asarray(q, dtype=float))
     t = q.reshape((q.shape[0],) + tuple(sizes))
     # (q U)[r, j] = sum_c q[r, c] U[c, j]: along each axis multiply by U_l (contract cell index)
-    t = _apply_axes(t, [attribute_basis(n).T for n in sizes], False)
+    t = _apply_axes(t, [attribute_basis(n).T for n in sizes])
     return t.reshape(q.shape[0], -1)
 
 
@@ -68,7 +67,7 @@ def from_residual(r: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     """r U^T for rows r over a view's residual coordinates (inverse of :func:`to_residual`)."""
     r = np.atleast_2d(np.asarray(r, dtype=float))
     t = r.reshape((r.shape[0],) + tuple(sizes))
-    t = _apply_axes(t, [attribute_basis(n) for n in sizes], False)
+    t = _apply_axes(t, [attribute_basis(n) for n in sizes])
     return t.reshape(r.shape[0], -1)
 
 
