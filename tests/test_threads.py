@@ -42,6 +42,27 @@ def test_budget_is_one_unless_given_and_restored_after():
         assert _blas_threads() == 1
 
 
+def test_a_blas_loaded_after_the_first_cap_is_capped_too():
+    """The pools are found once and found again after an import: cvxpy's solvers bring their own
+    OpenBLAS, loaded after numpy's was first capped, and at_most(1) caps it as well."""
+    probe = (
+        "import numpy; from threadpoolctl import threadpool_info; from querysmasher import threads\n"
+        "with threads.limited(2), threads.at_most(1): pass\n"
+        "before = {i['filepath'] for i in threadpool_info()}\n"
+        "import cvxpy, clarabel, scs\n"
+        "new = [i for i in threadpool_info() if i['filepath'] not in before and i['user_api'] == 'blas']\n"
+        "with threads.limited(2), threads.at_most(1):\n"
+        "    inside = [i['num_threads'] for i in threadpool_info() if i['filepath'] not in before]\n"
+        "print(len(new), sorted(set(inside)))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in threads.ENV_VARS}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    found, inside = out.stdout.split(maxsplit=1)
+    if int(found) == 0:
+        pytest.skip("cvxpy's solvers bring no BLAS of their own here: nothing new to cap")
+    assert inside.strip() == "[1]"
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None])
 def test_a_bad_thread_count_names_the_field(bad):
     with pytest.raises(InputError, match="threads"):

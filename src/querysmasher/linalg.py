@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -115,13 +116,13 @@ def kron_apply(factors: Sequence[np.ndarray], x: np.ndarray, sizes: Sequence[int
     (rows prod(F_i.shape[0])) with the same batch dimensions. Costs sum_i prod(sizes) * rows_i.
     """
     batch = x.shape[1:]
-    dims = list(sizes) + [int(np.prod(batch, dtype=np.int64))]
+    dims = [int(n) for n in sizes] + [math.prod(batch)]
     t = np.ascontiguousarray(x).reshape(dims)
     for axis, f in enumerate(factors):
         # View the tensor as (pre, n, post) and multiply the middle index: one batched matmul,
         # no transposes (tensordot + moveaxis copied the whole tensor twice per factor).
-        pre = int(np.prod(dims[:axis], dtype=np.int64))
-        post = int(np.prod(dims[axis + 1 :], dtype=np.int64))
+        pre = math.prod(dims[:axis])  # Python ints: np.prod costs more than a small product here
+        post = math.prod(dims[axis + 1 :])
         if post == 1:  # last index: one plain matmul beats `pre` tiny batched matvecs
             t = t.reshape(pre, dims[axis]) @ f.T
         else:

@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 _budget = 1  # the process's declared budget (1 unless a face or a job said otherwise)
 
+_controller = None  # the BLAS/OpenMP pools of this process, found once (see _pools)
+_controller_modules = -1  # len(sys.modules) when _controller was built
+
 
 def check_threads(n, field: str = "threads") -> int:
     """``n`` as a positive int, or :class:`~querysmasher.errors.InputError` naming ``field``."""
@@ -106,22 +109,34 @@ def cap_process(n: int) -> None:
     import sys  # import querysmasher.cli stays fast
 
     if "numpy" in sys.modules:
-        from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
+        _pools().limit(limits=_budget)  # applied now, for the rest of the process
 
-        threadpool_limits(limits=_budget)  # applied now, for the rest of the process
+
+def _pools():
+    """The process's thread pools as a ``threadpoolctl.ThreadpoolController``, found again only after
+    a module was imported (an extension may bring its own BLAS, as cvxpy's solvers do): finding them
+    scans every loaded library, 4 ms a call on 2 cores, where a per-view solve or a measurement takes
+    it again and again."""
+    global _controller, _controller_modules
+    import sys  # import querysmasher.cli stays fast
+
+    if _controller is None or len(sys.modules) != _controller_modules:
+        from threadpoolctl import ThreadpoolController  # import querysmasher.cli stays fast
+
+        _controller = ThreadpoolController()
+        _controller_modules = len(sys.modules)
+    return _controller
 
 
 @contextmanager
 def limited(n: int) -> Iterator[int]:
     """Run the body with a budget of ``n`` threads (BLAS pools capped at ``n``); restored after."""
     global _budget
-    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
-
     n = check_threads(n)
     previous = _budget
     _budget = n
     try:
-        with threadpool_limits(limits=n):
+        with _pools().limit(limits=n):
             yield n
     finally:
         _budget = previous
@@ -134,9 +149,7 @@ def at_most(n: int | None = None):
     more than they save there (1.3 ms with one thread vs 4.7 ms with two for three mode products on
     64,000 cells, measured idle; far worse when other processes share the cores).
     """
-    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
-
-    return threadpool_limits(limits=budget() if n is None else max(1, min(n, budget())), user_api="blas")
+    return _pools().limit(limits=budget() if n is None else max(1, min(n, budget())), user_api="blas")
 
 
 _parallel_task: Callable | None = None  # the function a forked worker applies (inherited, never pickled)
@@ -148,10 +161,8 @@ def _run_task(item):
 
 def _worker_start() -> None:
     global _budget
-    from threadpoolctl import threadpool_limits  # loads threadpoolctl: import querysmasher.cli stays fast
-
     _budget = 1
-    threadpool_limits(limits=1)
+    _pools().limit(limits=1)
 
 
 def parallel_map(fn: Callable, items: Iterable, *, min_items: int = 2) -> Iterator:
