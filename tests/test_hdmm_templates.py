@@ -67,13 +67,16 @@ def test_table_2_hdmm_cell_is_the_papers_figure(dataset, spec):
 # --- Table 4: 1-way + 2-way workloads on [n]^40 ------------------------------------------------------
 
 TABLE4_WORKLOADS = ("marginal:1,2", "prefix:1,2", "range:1,2")
+# By default one cell of the full search (9 s) and the n = 10 row pinned (3-4 s a cell): the search is
+# the best of its candidates (test_every_applicable_template_runs_and_the_best_wins), so the pinned
+# row equal to the paper's bounds every searched cell; the rest of the grid runs with the slow tests.
 TABLE4 = [
-    pytest.param(n, spec, marks=() if n == 10 else pytest.mark.slow, id=f"n{n}-{spec}")
+    pytest.param(n, spec, marks=() if (n, spec) == (10, "range:1,2") else pytest.mark.slow, id=f"n{n}-{spec}")
     for n in (10, 20, 30, 40, 50)
     for spec in TABLE4_WORKLOADS
 ]
 TABLE4_PINNED = [
-    pytest.param(n, spec, marks=() if n <= 20 else pytest.mark.slow, id=f"n{n}-{spec}")
+    pytest.param(n, spec, marks=() if n == 10 else pytest.mark.slow, id=f"n{n}-{spec}")
     for n in (10, 20, 30, 40, 50)
     for spec in TABLE4_WORKLOADS
 ]

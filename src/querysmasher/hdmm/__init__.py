@@ -2,9 +2,9 @@
 not a per-view method), with Gaussian noise (zCDP) or Laplace noise (pure ε-DP, a :class:`PureBudget`).
 
 >>> from querysmasher.accounting import Budget
->>> p = plan_hdmm("synthetic:n=10,d=40", "prefix:1,2", Budget.from_beta(1.0), restarts=1)
+>>> p = plan_hdmm("synthetic:n=10,d=8", "prefix:1,2", Budget.from_beta(1.0), restarts=1)
 >>> p.template, round(p.rmse, 2)
-('kron', 52.35)
+('kron', 10.16)
 """
 
 from .implicit import ImplicitWorkload, KronStrategy

@@ -46,9 +46,9 @@ Measure and reconstruct work on the full data vector, HDMM's real limit: above `
 they raise an InputError, while the expected error is still computed implicitly.
 
 >>> from querysmasher.accounting import Budget
->>> p = plan_hdmm("synthetic:n=10,d=40", "marginal:1,2", Budget.from_beta(1.0))
+>>> p = plan_hdmm("synthetic:n=10,d=8", "marginal:1,2", Budget.from_beta(1.0))
 >>> p.template, round(p.rmse, 2), sorted(p.candidates)
-('marginal', 23.48, ['kron', 'marginal', 'plus-view'])
+('marginal', 4.8, ['kron', 'marginal', 'plus-view'])
 """
 
 from __future__ import annotations
