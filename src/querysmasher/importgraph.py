@@ -65,7 +65,8 @@ class Edge:
 
 class ImportGraph:
     """The modules of the package in folder ``root`` (named after the folder) and the edges of each,
-    parsed on first use; a file's parse is reused until its modification time or size changes."""
+    parsed on first use; a parse is reused for any file of the same source text and module name (a
+    copy of the package, as the layer test makes, parses only the files it changed)."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -78,26 +79,21 @@ class ImportGraph:
             self.modules[".".join([self.package, *parts])] = p
         self._names = frozenset(self.modules)
         root_init = self.modules[self.package]
-        self._root_names = _module_level_names(root_init, *_stamp(root_init))
+        self._root_names = _module_level_names(root_init.read_text())
 
     def edges(self, module: str) -> tuple[Edge, ...]:
         path = self.modules[module]
-        return _edges(path, *_stamp(path), module, path.name == "__init__.py", self._names, self._root_names)
+        return _edges(path.read_text(), module, path.name == "__init__.py", self._names, self._root_names)
 
     def all_edges(self) -> list[Edge]:
         return [e for m in self.modules for e in self.edges(m)]
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_mtime_ns, st.st_size
-
-
 @cache
-def _module_level_names(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+def _module_level_names(source: str) -> frozenset[str]:
     """Names a module binds itself (the package root's own ``__version__``, not its lazy re-exports)."""
     names = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -130,9 +126,9 @@ def _resolve_relative(name: str, package: str | None) -> str | None:
 
 @cache
 def _edges(
-    path: Path, mtime_ns: int, size: int, mod: str, is_pkg: bool, modules: frozenset[str], root_names: frozenset[str]
+    source: str, mod: str, is_pkg: bool, modules: frozenset[str], root_names: frozenset[str]
 ) -> tuple[Edge, ...]:
-    tree = ast.parse(path.read_text())
+    tree = ast.parse(source)
     top = mod.split(".")[0]
     package = mod if is_pkg else mod.rpartition(".")[0]
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
