@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -106,8 +107,6 @@ def cap_process(n: int) -> None:
     _budget = check_threads(int(n))
     for var in ENV_VARS:
         os.environ[var] = str(_budget)
-    import sys  # import querysmasher.cli stays fast
-
     if "numpy" in sys.modules:
         _pools().limit(limits=_budget)  # applied now, for the rest of the process
 
@@ -118,8 +117,6 @@ def _pools():
     scans every loaded library, 4 ms a call on 2 cores, where a per-view solve or a measurement takes
     it again and again."""
     global _controller, _controller_modules
-    import sys  # import querysmasher.cli stays fast
-
     if _controller is None or len(sys.modules) != _controller_modules:
         from threadpoolctl import ThreadpoolController  # import querysmasher.cli stays fast
 
